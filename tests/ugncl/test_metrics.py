@@ -1,0 +1,216 @@
+"""Retrieval metrics against a brute-force reference written the way SCAN/NCR compute them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ugncl.metrics import (
+    METRIC_KEYS,
+    coco_folds,
+    fold_metrics,
+    i2t_ranks,
+    recall_at,
+    retrieval_metrics,
+    t2i_ranks,
+)
+
+
+def brute_i2t(scores: np.ndarray, c2i: np.ndarray) -> np.ndarray:
+    """NCR ``i2t``: sort each row descending, rank = best position among the image's captions."""
+    ranks = np.empty(scores.shape[0], dtype=np.int64)
+    for i in range(scores.shape[0]):
+        order = np.argsort(-scores[i], kind="stable")
+        gt = np.flatnonzero(c2i == i)
+        ranks[i] = min(int(np.where(order == k)[0][0]) for k in gt)
+    return ranks
+
+
+def brute_t2i(scores: np.ndarray, c2i: np.ndarray) -> np.ndarray:
+    """NCR ``t2i``: sort each column descending, rank = position of the caption's image."""
+    ranks = np.empty(scores.shape[1], dtype=np.int64)
+    for k in range(scores.shape[1]):
+        order = np.argsort(-scores[:, k], kind="stable")
+        ranks[k] = int(np.where(order == c2i[k])[0][0])
+    return ranks
+
+
+def brute_metrics(scores: np.ndarray, c2i: np.ndarray) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, r in (("i2t", brute_i2t(scores, c2i)), ("t2i", brute_t2i(scores, c2i))):
+        for k in (1, 5, 10):
+            out[f"{name}/R@{k}"] = 100.0 * len(np.where(r < k)[0]) / len(r)
+        out[f"{name}/medr"] = np.floor(np.median(r)) + 1
+        out[f"{name}/meanr"] = r.mean() + 1
+    out["rsum"] = sum(out[f"{d}/R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
+    return out
+
+
+def random_problem(n_img: int, cpi: int, seed: int, signal: float = 1.5):
+    """Continuous random scores with some signal on the diagonal blocks (so recalls vary)."""
+    rng = np.random.default_rng(seed)
+    c2i = np.arange(n_img * cpi) // cpi
+    scores = rng.standard_normal((n_img, n_img * cpi)).astype(np.float32)
+    scores[c2i, np.arange(c2i.size)] += signal
+    return scores, c2i
+
+
+@pytest.mark.parametrize(
+    ("n_img", "cpi", "seed"), [(1, 1, 0), (7, 1, 1), (40, 1, 2), (13, 5, 3), (60, 5, 4), (25, 3, 5)]
+)
+def test_ranks_and_metrics_match_brute_force(n_img, cpi, seed):
+    scores, c2i = random_problem(n_img, cpi, seed)
+    np.testing.assert_array_equal(i2t_ranks(scores, c2i), brute_i2t(scores, c2i))
+    np.testing.assert_array_equal(t2i_ranks(scores, c2i), brute_t2i(scores, c2i))
+    got = retrieval_metrics(scores, c2i)
+    assert tuple(got) == METRIC_KEYS
+    expected = brute_metrics(scores, c2i)
+    for key in METRIC_KEYS:
+        assert got[key] == pytest.approx(expected[key], abs=1e-9), key
+        assert isinstance(got[key], float)
+
+
+def test_shuffled_caption_order_and_torch_input():
+    """A non-grouped caption->image map and a torch tensor give the brute-force answer."""
+    scores, c2i = random_problem(30, 5, seed=11)
+    perm = np.random.default_rng(0).permutation(c2i.size)
+    scores, c2i = scores[:, perm], c2i[perm]
+    np.testing.assert_array_equal(i2t_ranks(torch.from_numpy(scores), c2i), brute_i2t(scores, c2i))
+    np.testing.assert_array_equal(t2i_ranks(scores, torch.from_numpy(c2i)), brute_t2i(scores, c2i))
+
+
+def test_chunked_path_matches_brute_force(monkeypatch):
+    """Force many tiny chunks so the chunk boundaries are exercised."""
+    import ugncl.metrics as metrics
+
+    monkeypatch.setattr(metrics, "_CHUNK_ELEMENTS", 17)
+    scores, c2i = random_problem(23, 5, seed=7)
+    np.testing.assert_array_equal(i2t_ranks(scores, c2i), brute_i2t(scores, c2i))
+    np.testing.assert_array_equal(t2i_ranks(scores, c2i), brute_t2i(scores, c2i))
+
+
+def test_tie_rule_is_optimistic():
+    """Candidates tied with the ground truth do not push it down (strictly-higher counting)."""
+    scores = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.5], [2.0, 1.0, 1.0]], dtype=np.float32)
+    c2i = np.array([0, 1, 2])
+    # image 0: GT caption 0 at 1.0, nothing strictly higher -> 0.
+    # image 1: GT caption 1 at 1.0, nothing strictly higher -> 0.
+    # image 2: GT caption 2 at 1.0, caption 0 at 2.0 is higher -> 1.
+    np.testing.assert_array_equal(i2t_ranks(scores, c2i), [0, 0, 1])
+    # caption 0: GT image 0 at 1.0; image 2 at 2.0 higher -> 1. caption 1: all tied -> 0.
+    # caption 2: GT image 2 at 1.0; nothing higher -> 0.
+    np.testing.assert_array_equal(t2i_ranks(scores, c2i), [1, 0, 0])
+    # A stable argsort (the released code) puts tied image 0 before GT image 1 instead.
+    assert brute_t2i(scores, c2i)[1] == 1
+
+
+def test_hand_built_3x6():
+    """3 images x 2 captions each; hand-worked ranks."""
+    s = np.array(
+        [
+            # c0   c1   c2   c3   c4   c5
+            [0.9, 0.1, 0.8, 0.0, 0.2, 0.3],  # img0: GT c0 top -> rank 0
+            [0.1, 0.2, 0.3, 0.4, 0.7, 0.6],  # img1: GT c2 (0.3), c3 (0.4); c4, c5 higher -> 2
+            [0.0, 0.5, 0.1, 0.2, 0.3, 0.9],  # img2: GT c5 top -> rank 0
+        ],
+        dtype=np.float32,
+    )
+    c2i = np.array([0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(i2t_ranks(s, c2i), [0, 2, 0])
+    # t2i: c0 img0 top ->0; c1 GT img0 0.1 < 0.2, 0.5 -> 2; c2 GT img1 0.3 < 0.8 -> 1;
+    # c3 img1 top -> 0; c4 GT img2 0.3 < 0.7 -> 1; c5 img2 top -> 0.
+    np.testing.assert_array_equal(t2i_ranks(s, c2i), [0, 2, 1, 0, 1, 0])
+    m = retrieval_metrics(s, c2i)
+    assert m["i2t/R@1"] == pytest.approx(200 / 3)
+    assert m["t2i/R@1"] == pytest.approx(50.0)
+    assert m["i2t/R@5"] == m["t2i/R@5"] == 100.0
+    assert m["rsum"] == pytest.approx(200 / 3 + 50.0 + 400.0)
+    assert m["i2t/medr"] == 1.0  # median rank 0
+    assert m["t2i/medr"] == 1.0  # median of [0,0,0,1,1,2] = 0.5 -> floor 0 -> 1
+    assert m["i2t/meanr"] == pytest.approx(2 / 3 + 1)
+    assert m["t2i/meanr"] == pytest.approx(4 / 6 + 1)
+
+
+def test_recall_at():
+    r = np.array([0, 1, 4, 5, 9, 10, 100, 0])
+    assert recall_at(r) == {1: 25.0, 5: 50.0, 10: 75.0}
+    assert recall_at(r, ks=(101,)) == {101: 100.0}
+    with pytest.raises(ValueError, match="positive integer"):
+        recall_at(r, ks=(0,))
+
+
+def test_medr_uses_floor_of_median():
+    # ranks [0, 3] -> median 1.5 -> floor 1 -> medr 2 (SCAN/NCR), not 2.5.
+    s = np.array([[1.0, 0.0, 0.0, 0.0, 0.0], [0.9, 0.8, 0.7, 0.6, 0.1]], dtype=np.float32)
+    c2i = np.array([0, 0, 0, 1, 1])
+    np.testing.assert_array_equal(i2t_ranks(s, c2i), [0, 3])
+    assert retrieval_metrics(s, c2i)["i2t/medr"] == 2.0
+
+
+def test_coco_folds_exact_slicing():
+    folds = coco_folds()
+    assert len(folds) == 5
+    for i, (img, cap) in enumerate(folds):
+        assert (img.start, img.stop, img.step) == (1000 * i, 1000 * (i + 1), None)
+        assert (cap.start, cap.stop, cap.step) == (5000 * i, 5000 * (i + 1), None)
+        assert len(range(5000)[img]) == 1000 and len(range(25000)[cap]) == 5000
+    # Folds tile the split without gaps or overlaps (OSA's slicing drops one of each).
+    assert np.array_equal(np.concatenate([np.arange(5000)[f[0]] for f in folds]), np.arange(5000))
+    assert np.array_equal(np.concatenate([np.arange(25000)[f[1]] for f in folds]), np.arange(25000))
+    assert coco_folds(100, 1, 4)[3] == (slice(75, 100), slice(75, 100))
+    with pytest.raises(ValueError, match="divisible"):
+        coco_folds(4999)
+
+
+def test_fold_metrics_equal_manual_submatrices():
+    n_img, cpi, n_folds = 50, 5, 5
+    scores, c2i = random_problem(n_img, cpi, seed=21)
+    folds = coco_folds(n_img, cpi, n_folds)
+    result = fold_metrics(scores, c2i, folds)
+    assert len(result["folds"]) == n_folds
+    for i, got in enumerate(result["folds"]):
+        sub = scores[10 * i : 10 * (i + 1), 50 * i : 50 * (i + 1)]
+        expected = brute_metrics(sub, np.arange(50) // 5)
+        for key in METRIC_KEYS:
+            assert got[key] == pytest.approx(expected[key]), (i, key)
+    for key in METRIC_KEYS:
+        assert result["mean"][key] == pytest.approx(np.mean([f[key] for f in result["folds"]]))
+    # Folds rank against fewer candidates, so recall cannot be lower than on the full matrix.
+    assert result["mean"]["rsum"] >= retrieval_metrics(scores, c2i)["rsum"]
+
+
+def test_fold_with_foreign_caption_is_rejected():
+    scores, c2i = random_problem(10, 1, seed=0)
+    c2i = c2i.copy()
+    c2i[[2, 7]] = c2i[[7, 2]]  # caption 2 now belongs to image 7 (the other fold)
+    with pytest.raises(ValueError, match="fold 0: caption 2 belongs to image 7"):
+        fold_metrics(scores, c2i, coco_folds(10, 1, 2))
+
+
+@pytest.mark.parametrize(
+    ("scores", "c2i", "match"),
+    [
+        (np.zeros((3, 6), np.float32), np.arange(5) // 2, r"shape \(n_cap,\) = \(6,\)"),
+        (np.zeros((3, 6), np.float32), np.array([0, 0, 1, 1, 2, 3]), r"caption_to_image\[5\] = 3"),
+        (np.zeros((3, 6), np.float32), np.array([0, 0, 1, 1, -1, 2]), r"caption_to_image\[4\]"),
+        (np.zeros((3, 6), np.float32), np.array([0, 0, 0, 1, 1, 1]), "image 2"),
+        (np.zeros(6, np.float32), np.arange(6), "2-D"),
+        (np.full((2, 2), np.nan, np.float32), np.arange(2), "non-finite"),
+        (np.zeros((2, 2), np.float32), np.array([0.0, 1.0]), "integers"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(scores, c2i, match):
+    with pytest.raises(ValueError, match=match):
+        retrieval_metrics(scores, c2i)
+
+
+def test_results_are_json_friendly():
+    import json
+
+    scores, c2i = random_problem(12, 5, seed=1)
+    m = retrieval_metrics(scores, c2i)
+    assert json.loads(json.dumps(m)) == m
+    assert all(math.isfinite(v) for v in m.values())
