@@ -1,0 +1,46 @@
+"""Device and mixed-precision selection: the trainer's job, never the models'."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How forward passes run: autocast dtype (None = full fp32) and whether to scale grads."""
+
+    autocast_dtype: torch.dtype | None
+    use_grad_scaler: bool
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when present, else CPU. An explicit CUDA request without CUDA fails."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"train.device={name!r} but CUDA is not available here; use train.device=auto or cpu"
+        )
+    return device
+
+
+def select_precision(mode: str, device: torch.device) -> Precision:
+    """AMP on CUDA only (bf16 where supported, else fp16 with a GradScaler); fp32 on CPU."""
+    if mode == "off" or device.type != "cuda":
+        return Precision(None, False)
+    if mode == "auto":
+        mode = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if mode == "bf16":
+        return Precision(torch.bfloat16, False)
+    if mode == "fp16":
+        return Precision(torch.float16, True)
+    raise ValueError(f"unknown amp mode {mode!r}; use auto, off, bf16 or fp16")

@@ -1,0 +1,23 @@
+"""Plain SGRAF training with the VSE++ hinge: the non-robust baseline."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from precomputed.collate import PairBatch
+from ugncl.losses import triplet_objective
+from ugncl.methods.base import Method, StepContext
+
+
+class TripletMethod(Method):
+    """Hinge loss on sigmoid scores with the hardest in-batch negative (SGRAF's ContrastiveLoss)."""
+
+    name = "triplet"
+
+    def __init__(self, *, margin: float = 0.2, max_violation: bool = True) -> None:
+        self.margin = margin
+        self.max_violation = max_violation
+
+    def training_step(self, model: nn.Module, batch: PairBatch, ctx: StepContext) -> dict[str, Tensor]:
+        raw = model(batch.images, batch.captions, batch.lengths).float()
+        return triplet_objective(raw, margin=self.margin, max_violation=self.max_violation)
