@@ -20,7 +20,7 @@ from ugncl.engine.checkpoint import CHECKPOINT_VERSION, load_checkpoint, save_ch
 from ugncl.engine.device import Precision
 from ugncl.engine.recorder import MetricsRecorder
 from ugncl.engine.seed import capture_rng_state, epoch_generator, restore_rng_state
-from ugncl.evaluation import default_protocol, encode_split, evaluate_scores, score_matrix
+from ugncl.evaluation import default_protocol, evaluate_models
 from ugncl.methods.base import Method, StepContext
 
 logger = logging.getLogger(__name__)
@@ -214,25 +214,25 @@ class Trainer:
     def evaluate(
         self, split: PrecomputedSplit, event: str, epoch: int, protocol: str = "full"
     ) -> dict[str, Any]:
-        """Encode ``split`` once, score all pairs in shards, write ``event`` record(s)."""
+        """Encode ``split`` once, score all pairs in shards, write one ``event`` record per
+        protocol section (e.g. COCO ``testall/5fold`` and ``testall/5k``); returns the first."""
         was_training = self.model.training
-        encoded = encode_split(
-            self.model, split, batch_size=self.eval_batch_size, device=self.device
-        )
-        scores = score_matrix(
-            self.model,
-            encoded,
+        results, _ = evaluate_models(
+            [self.model],
+            split,
+            protocol=protocol,
             eval_score=self.eval_score,
             tau=self.tau,
+            batch_size=self.eval_batch_size,
             device=self.device,
             memory_budget_bytes=self.memory_budget_bytes,
         )
         self.model.train(was_training)
-        results = evaluate_scores(scores, split.true_image, protocol=protocol)
-        for name, metrics in _flatten_results(split.split, results):
+        for section, metrics in results.items():
+            name = split.split if section in {"full", "1k"} else f"{split.split}/{section}"
             self.recorder.write(event, epoch=epoch, split=name, **metrics)
             logger.info("%s %s epoch %d: %s", event, name, epoch, _format(metrics))
-        return _headline(results)
+        return next(iter(results.values()))
 
     def test(self, split: PrecomputedSplit, protocol: str | None = None) -> dict[str, Any]:
         """Evaluate the best checkpoint (the last one when no validation ran) on ``split``."""
@@ -323,16 +323,3 @@ def _format(values: dict[str, Any]) -> str:
     for key, value in values.items():
         parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
     return " ".join(parts)
-
-
-def _flatten_results(split: str, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``evaluate_scores`` returns metrics or {sub: metrics} (COCO 5-fold + 5K)."""
-    if "rsum" in results:
-        return [(split, results)]
-    return [(f"{split}/{name}", metrics) for name, metrics in results.items()]
-
-
-def _headline(results: dict[str, Any]) -> dict[str, Any]:
-    if "rsum" in results:
-        return results
-    return next(iter(results.values()))

@@ -1,0 +1,90 @@
+"""Config files: one-level inheritance, dotted overrides, strict keys with suggestions."""
+
+from pathlib import Path
+
+import pytest
+
+from ugncl.config import (
+    CONFIG_DIR,
+    Config,
+    ConfigError,
+    apply_overrides,
+    build_config,
+    load_config,
+    resolve_config_path,
+)
+
+SHIPPED = [
+    "ugncl_flickr",
+    "ugncl_coco",
+    "ugncl_cc152k",
+    "triplet_flickr",
+    "ugncl_synthetic",
+    "triplet_synthetic",
+]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_configs_validate(name: str) -> None:
+    config, path = load_config(f"{name}.yaml")
+    assert isinstance(config, Config)
+    assert path == CONFIG_DIR / f"{name}.yaml"
+
+
+def test_paper_settings_per_dataset() -> None:
+    coco, _ = load_config("ugncl_coco")
+    cc, _ = load_config("ugncl_cc152k")
+    flickr, _ = load_config("ugncl_flickr")
+    triplet, _ = load_config("triplet_flickr")
+    assert (coco.train.epochs, coco.train.warmup_epochs, coco.data.test_split) == (20, 2, "testall")
+    assert (cc.data.captions_per_image, cc.data.noise_ratio) == (1, 0.0)
+    assert (flickr.model.num_views, flickr.method.name, flickr.train.lr) == (2, "ugncl", 2e-4)
+    assert (triplet.model.num_views, triplet.method.name) == (1, "triplet")
+
+
+def test_bare_name_and_extension_resolve() -> None:
+    assert resolve_config_path("ugncl_flickr") == resolve_config_path("ugncl_flickr.yaml")
+
+
+def test_missing_config_lists_available() -> None:
+    with pytest.raises(ConfigError, match="ugncl_flickr.yaml"):
+        resolve_config_path("ugncl_flikr")
+
+
+def test_overrides_win_and_parse_yaml_scalars() -> None:
+    config, _ = load_config(
+        "ugncl_flickr", ["model.head=saf", "train.lr=1e-4", "data.vocab=null", "train.seed=3"]
+    )
+    assert config.model.head == "saf"
+    assert config.train.lr == pytest.approx(1e-4)
+    assert config.data.vocab is None
+    assert config.train.seed == 3
+
+
+def test_typo_suggests_the_right_key() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key 'train\.epohcs'.*'train\.epochs'"):
+        load_config("ugncl_flickr", ["train.epohcs=3"])
+    with pytest.raises(ConfigError, match=r"did you mean 'method\.ugncl\.trl_weight'"):
+        build_config({"method": {"ugncl": {"trl_wieght": 0.2}}})
+
+
+def test_wrong_types_and_choices_are_errors() -> None:
+    with pytest.raises(ConfigError, match="train.batch_size' expects int"):
+        build_config({"train": {"batch_size": "big"}})
+    with pytest.raises(ConfigError, match="model.head' must be one of"):
+        build_config({"model": {"head": "sgraf"}})
+    with pytest.raises(ConfigError, match=r"noise_ratio must be in \[0, 1\)"):
+        build_config({"data": {"noise_ratio": 1.0}})
+
+
+def test_base_is_one_level(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("_base_: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("_base_: c.yaml\n")
+    (tmp_path / "c.yaml").write_text("train: {epochs: 1}\n")
+    with pytest.raises(ConfigError, match="one level"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_override_needs_equals() -> None:
+    with pytest.raises(ConfigError, match="key.path=value"):
+        apply_overrides({}, ["train.epochs"])

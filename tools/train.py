@@ -1,0 +1,51 @@
+"""Train a method on precomputed features: ``python tools/train.py --cfg ugncl_flickr.yaml``.
+
+A bare config name is looked up in ``configs/``; ``--set a.b=value`` overrides any key;
+``--resume RUN_DIR`` continues a run from its ``checkpoints/last.pt`` with its saved config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ugncl.config import ConfigError, load_config
+from ugncl.engine.checkpoint import CheckpointError
+from ugncl.engine.recorder import RunDirExistsError
+from ugncl.experiment import MissingDataError
+from ugncl.training import train
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cfg", help="config file or bare name in configs/ (e.g. ugncl_flickr)")
+    parser.add_argument(
+        "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help="override config keys, e.g. --set train.epochs=1 model.head=saf",
+    )  # fmt: skip
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    args = parser.parse_args(argv)
+    if (args.cfg is None) == (args.resume is None):
+        parser.error("pass exactly one of --cfg (a new run) or --resume RUN_DIR")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.resume is not None:
+            config, _ = load_config(Path(args.resume) / "config.yaml", args.set)
+            result = train(config, config_name=Path(args.resume).name, resume_dir=args.resume)
+        else:
+            config, path = load_config(args.cfg, args.set)
+            result = train(config, config_name=path.stem)
+    except (ConfigError, MissingDataError, CheckpointError, RunDirExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"run directory: {result.run_dir} (best dev rsum {result.best_rsum:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""The boundary between typed configs and explicit constructors: data, noise, model, method.
+
+``tools/train.py`` and ``tools/eval.py`` call these; nothing here parses a command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from precomputed.dataset import PrecomputedSplit, open_split
+from precomputed.errors import DataNotFoundError
+from precomputed.noise import (
+    clean_image_index,
+    load_noise_index,
+    make_caption_noise,
+    noise_sha256,
+    save_noise_index,
+)
+from precomputed.vocab import Vocabulary, load_vocab
+from sgraf.model import SGRAF
+from ugncl.config import Config, DataConfig, MethodConfig, ModelConfig
+from ugncl.methods import METHODS, Method
+
+logger = logging.getLogger(__name__)
+
+DATA_HINT = (
+    "Get the SCAN/NCR precomputed features (f30k_precomp, coco_precomp, cc152k_precomp; see "
+    "README 'Real data') and set data.root, or run the synthetic demo: `make demo` "
+    "(or `python tools/make_synthetic.py` then `python tools/train.py --cfg ugncl_synthetic.yaml`)."
+)
+
+
+class MissingDataError(FileNotFoundError):
+    """Data a config points to is not there; the message lists what was looked for."""
+
+
+@dataclass
+class TrainingData:
+    train: PrecomputedSplit
+    dev: PrecomputedSplit | None
+    vocab: Vocabulary
+    vocab_path: Path
+    noise_source: str  # "built(ratio, seed)" | path of the loaded file
+
+
+def vocab_candidates(data: DataConfig) -> list[Path]:
+    if data.vocab is not None:
+        return [Path(data.vocab)]
+    root = Path(data.root)
+    return [root / f"{data.name}_vocab.json", root / "vocab" / f"{data.name}_vocab.json"]
+
+
+def open_vocab(data: DataConfig) -> tuple[Vocabulary, Path]:
+    candidates = vocab_candidates(data)
+    for path in candidates:
+        if path.is_file():
+            return load_vocab(path), path
+    tried = ", ".join(str(p) for p in candidates)
+    raise MissingDataError(
+        f"vocabulary for '{data.name}' not found (looked for: {tried}). Set data.vocab to the "
+        f"SCAN vocab JSON (the SGRAF release ships vocab/{data.name}_vocab.json) or build one "
+        f"with `python tools/build_vocab.py`. {DATA_HINT}"
+    )
+
+
+def open_data_split(
+    data: DataConfig, split: str, vocab: Vocabulary, *, max_images: int | None = None
+) -> PrecomputedSplit:
+    """Open one split; a missing file becomes a :class:`MissingDataError` with the hint."""
+    try:
+        return open_split(
+            data.root,
+            data.name,
+            split,
+            vocab,
+            captions_per_image=data.captions_per_image,
+            max_images=max_images,
+            allow_nonfinite=data.allow_nonfinite,
+        )
+    except DataNotFoundError as err:
+        raise MissingDataError(f"{err}\n{DATA_HINT}") from err
+
+
+def open_training_data(data: DataConfig) -> TrainingData:
+    """Vocabulary, the noisy training split and the dev subset."""
+    vocab, vocab_path = open_vocab(data)
+    train = open_data_split(data, data.train_split, vocab, max_images=data.train_images)
+    noise, source = training_noise(data, train)
+    train = dataclasses.replace(train, image_index=noise)
+    dev = open_data_split(data, data.dev_split, vocab, max_images=data.dev_images)
+    return TrainingData(train, dev, vocab, vocab_path, source)
+
+
+def training_noise(data: DataConfig, train: PrecomputedSplit) -> tuple[np.ndarray, str]:
+    """The caption->image index to train on: loaded from ``noise_file`` or built and seeded."""
+    if data.noise_file is not None:
+        index = load_noise_index(
+            data.noise_file,
+            num_images=train.num_images,
+            captions_per_image=train.captions_per_image,
+            fmt=data.noise_format,
+        )
+        return index, str(data.noise_file)
+    true_index = clean_image_index(train.num_images, train.captions_per_image)
+    if data.noise_ratio == 0.0:
+        return true_index, "clean (noise_ratio 0)"
+    index = make_caption_noise(true_index, data.noise_ratio, data.noise_seed)
+    return index, f"built (ratio {data.noise_ratio}, seed {data.noise_seed})"
+
+
+def record_noise(index: np.ndarray, run_dir: Path) -> str:
+    """Save the index trained on into the run directory; returns its sha256."""
+    save_noise_index(run_dir / "noise_index.npy", index)
+    return noise_sha256(index)
+
+
+def build_model(model: ModelConfig, vocab_size: int) -> SGRAF:
+    return SGRAF(
+        vocab_size,
+        word_dim=model.word_dim,
+        img_dim=model.img_dim,
+        embed_dim=model.embed_dim,
+        sim_dim=model.sim_dim,
+        num_regions=model.num_regions,
+        num_views=model.num_views,
+        head=model.head,
+        sgr_steps=model.sgr_steps,
+        bi_gru=model.bi_gru,
+        word_dropout=model.word_dropout,
+    )
+
+
+def build_method(method: MethodConfig) -> Method:
+    cls = METHODS[method.name]
+    options = getattr(method, method.name)
+    return cls(**dataclasses.asdict(options))
+
+
+def check_model_matches_data(config: Config, split: PrecomputedSplit) -> None:
+    _, regions, dim = split.features.shape
+    if (regions, dim) != (config.model.num_regions, config.model.img_dim):
+        raise ValueError(
+            f"features of {split.name}/{split.split} are {regions} regions x {dim} dims but the "
+            f"model expects model.num_regions={config.model.num_regions}, "
+            f"model.img_dim={config.model.img_dim}; set them to {regions} and {dim}"
+        )

@@ -1,0 +1,127 @@
+"""One training run from a validated config: run directory, seed, data, model, trainer."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ugncl.config import Config, save_config
+from ugncl.engine.device import select_device, select_precision
+from ugncl.engine.recorder import MetricsRecorder, create_run_dir, setup_logging
+from ugncl.engine.seed import draw_seed, seed_everything
+from ugncl.engine.trainer import Trainer
+from ugncl.experiment import (
+    build_method,
+    build_model,
+    check_model_matches_data,
+    open_data_split,
+    open_training_data,
+    record_noise,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    best_rsum: float
+    best_epoch: int | None
+    test: dict[str, Any] | None
+
+
+def default_run_name(config_name: str) -> str:
+    return f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def train(config: Config, *, config_name: str, resume_dir: str | Path | None = None) -> TrainResult:
+    """Train (or resume) the run described by ``config`` and evaluate its best checkpoint.
+
+    A new run writes ``config.yaml`` with the seed actually used; ``resume_dir`` continues
+    the run in that directory from ``checkpoints/last.pt``.
+    """
+    if config.train.seed is None:
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, seed=draw_seed())
+        )
+    if resume_dir is not None:
+        run_dir = create_run_dir(Path(resume_dir).parent, Path(resume_dir).name, resume=True)
+    else:
+        name = config.run.name or default_run_name(config_name)
+        config = dataclasses.replace(config, run=dataclasses.replace(config.run, name=name))
+        run_dir = create_run_dir(config.run.out_dir, name)
+        save_config(config, run_dir / "config.yaml")
+    setup_logging(run_dir / "train.log")
+    if config.train.threads is not None:
+        torch.set_num_threads(config.train.threads)
+    seed = seed_everything(config.train.seed)
+    logger.info("run %s, seed %d", run_dir, seed)
+
+    data = open_training_data(config.data)
+    check_model_matches_data(config, data.train)
+    device = select_device(config.train.device)
+    precision = select_precision(config.train.amp, device)
+    model = build_model(config.model, len(data.vocab))
+    method = build_method(config.method)
+    recorder = MetricsRecorder(run_dir)
+    try:
+        sha = record_noise(data.train.image_index, run_dir)
+        n_noisy = int((~data.train.clean).sum())
+        recorder.write(
+            "setup",
+            seed=seed,
+            device=str(device),
+            noise_sha256=sha,
+            noise_source=data.noise_source,
+            n_train_captions=data.train.num_captions,
+            n_train_images=data.train.num_images,
+            n_noisy=n_noisy,
+            vocab=str(data.vocab_path),
+        )
+        logger.info(
+            "train split: %d images, %d captions, %d noisy (%s), noise sha256 %s",
+            data.train.num_images, data.train.num_captions, n_noisy, data.noise_source, sha,
+        )  # fmt: skip
+        trainer = Trainer(
+            model=model,
+            method=method,
+            train_split=data.train,
+            dev_split=data.dev,
+            run_dir=run_dir,
+            recorder=recorder,
+            device=device,
+            precision=precision,
+            seed=seed,
+            epochs=config.train.epochs,
+            warmup_epochs=config.train.warmup_epochs,
+            batch_size=config.train.batch_size,
+            lr=config.train.lr,
+            lr_update=config.train.lr_update,
+            lr_decay=config.train.lr_decay,
+            grad_clip=config.train.grad_clip,
+            log_every=config.train.log_every,
+            eval_batch_size=config.train.eval_batch_size,
+            eval_score=config.eval.eval_score,
+            tau=config.method.ugncl.tau,
+            memory_budget_bytes=config.eval.memory_budget_mb * 2**20,
+            num_workers=config.data.num_workers,
+            stop_after_epochs=config.train.stop_after_epochs,
+            checkpoint_extra={"config": config.to_dict(), "vocab_path": str(data.vocab_path)},
+        )
+        if resume_dir is not None:
+            trainer.resume(run_dir / "checkpoints" / "last.pt")
+        summary = trainer.fit()
+        test = None
+        finished = trainer.epoch >= trainer.total_epochs
+        if finished and config.eval.test_after_training:
+            test_split = open_data_split(config.data, config.data.test_split, data.vocab)
+            test = trainer.test(test_split)
+        return TrainResult(run_dir, summary["best_rsum"], summary["best_epoch"], test)
+    finally:
+        recorder.close()
