@@ -1,0 +1,228 @@
+"""Evaluation pipeline on a tiny real SGRAF model and a tiny precomputed split on disk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from precomputed.collate import pad_captions
+from precomputed.dataset import open_split
+from precomputed.vocab import build_vocab
+from sgraf.model import SGRAF
+from ugncl.evaluation import (
+    default_protocol,
+    encode_split,
+    ensemble,
+    evaluate_models,
+    evaluate_scores,
+    metric_table,
+    score_matrix,
+    view_reducer,
+)
+from ugncl.metrics import METRIC_KEYS, coco_folds, fold_metrics, retrieval_metrics
+
+N_IMG, CPI, R, D, E = 7, 2, 4, 12, 16
+WORDS = ["a", "dog", "cat", "runs", "red", "blue", "ball", "on", "the", "grass", "sits"]
+
+
+@pytest.fixture(scope="module")
+def tiny_split(tmp_path_factory):
+    """7 images x 2 captions of 2-7 words; 4 regions x 12 dims."""
+    root = tmp_path_factory.mktemp("data")
+    folder = root / "tiny_precomp"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    np.save(folder / "test_ims.npy", rng.standard_normal((N_IMG, R, D)).astype(np.float32))
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(2, 8))) for _ in range(N_IMG * CPI)]
+    (folder / "test_caps.txt").write_text("\n".join(texts) + "\n")
+    vocab = build_vocab(texts, min_count=1)
+    return open_split(root, "tiny_precomp", "test", vocab, captions_per_image=CPI), len(vocab)
+
+
+def tiny_model(vocab_size: int, head: str, seed: int) -> SGRAF:
+    torch.manual_seed(seed)
+    model = SGRAF(
+        vocab_size,
+        word_dim=8,
+        img_dim=D,
+        embed_dim=E,
+        sim_dim=8,
+        num_regions=R,
+        num_views=2,
+        head=head,
+        sgr_steps=2,
+    )
+    if head == "saf":
+        # Non-trivial BatchNorm running statistics, so eval mode visibly differs from train.
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def all_pairs_by_forward(model: SGRAF, split) -> torch.Tensor:
+    """Raw (W, n_img, n_cap) scores via ``model.forward`` on the (image of k, caption k) pairs."""
+    c2i = split.true_image
+    feats = torch.from_numpy(np.array(split.features.slice(0, split.num_images)))[
+        torch.from_numpy(c2i)
+    ]
+    ids, lengths = pad_captions([split.tokens[k] for k in range(split.num_captions)])
+    model.eval()
+    with torch.no_grad():
+        raw = model(feats, ids, lengths)  # (W, n_cap, n_cap): row k is image c2i[k]
+    first_caption = np.searchsorted(c2i, np.arange(split.num_images))
+    return raw[:, torch.from_numpy(first_caption)]
+
+
+def test_encode_split_encodes_each_image_once(tiny_split, monkeypatch):
+    split, vocab_size = tiny_split
+    model = tiny_model(vocab_size, "sgr", 0)
+    model.train()
+    calls = []
+    original = split.features.slice
+    monkeypatch.setattr(
+        split.features, "slice", lambda a, b: calls.append((a, b)) or original(a, b)
+    )
+
+    enc = encode_split(model, split, batch_size=3, device="cpu")
+
+    assert calls == [(0, 3), (3, 6), (6, 7)]
+    assert model.training, "the caller's train mode must be restored"
+    assert enc.img_emb.shape == (2, N_IMG, R, E) and enc.img_emb.dtype == torch.float32
+    lengths = split.tokens.lengths
+    assert enc.cap_emb.shape == (N_IMG * CPI, int(lengths.max()), E)
+    np.testing.assert_array_equal(enc.lengths.numpy(), lengths)
+    np.testing.assert_array_equal(enc.caption_to_image, np.arange(N_IMG * CPI) // CPI)
+    assert (enc.name, enc.split) == ("tiny_precomp", "test")
+
+    model.eval()
+    with torch.no_grad():
+        images = model.encode_images(torch.from_numpy(np.array(original(0, N_IMG))))
+        torch.testing.assert_close(enc.img_emb, images)
+        for k in (0, 5, N_IMG * CPI - 1):
+            n = int(lengths[k])
+            ids = torch.from_numpy(split.tokens[k].astype(np.int64))[None]
+            words = model.encode_captions(ids, torch.tensor([n]))[0]
+            torch.testing.assert_close(enc.cap_emb[k, :n], words, rtol=1e-5, atol=1e-6)
+            assert not enc.cap_emb[k, n:].any(), "padding must be zero"
+
+
+REDUCERS = {
+    "raw": lambda r: r.mean(0),
+    "sigmoid": lambda r: torch.sigmoid(r).mean(0),
+    "evidence": lambda r: (nn.functional.softplus(r) / 0.1).mean(0),
+    "evidence_mean_exp": lambda r: torch.log(
+        torch.exp(nn.functional.softplus(r.double()) / 0.1).mean(0)
+    ).float(),
+}
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_score_matrix_equals_forward_on_all_pairs(tiny_split, head):
+    split, vocab_size = tiny_split
+    model = tiny_model(vocab_size, head, 1)
+    raw = all_pairs_by_forward(model, split)
+    enc = encode_split(model, split, batch_size=4)
+    for eval_score, reduce in REDUCERS.items():
+        # A tiny budget forces many (image, caption) blocks.
+        got = score_matrix(model, enc, eval_score=eval_score, memory_budget_bytes=20_000)
+        assert got.shape == (N_IMG, N_IMG * CPI) and got.dtype == np.float32
+        np.testing.assert_allclose(
+            got, reduce(raw).numpy(), rtol=1e-4, atol=1e-5, err_msg=eval_score
+        )
+
+
+def test_ensemble_and_evaluate_models(tiny_split):
+    split, vocab_size = tiny_split
+    sgr, saf = tiny_model(vocab_size, "sgr", 2), tiny_model(vocab_size, "saf", 3)
+    s_sgr = score_matrix(sgr, encode_split(sgr, split), eval_score="sigmoid")
+    s_saf = score_matrix(saf, encode_split(saf, split), eval_score="sigmoid")
+    assert not np.allclose(s_sgr, s_saf)
+    np.testing.assert_allclose(ensemble([s_sgr, s_saf]), (s_sgr + s_saf) / 2, rtol=1e-6)
+
+    results, scores = evaluate_models(
+        [sgr, saf], split, eval_score="sigmoid", batch_size=5, protocol="full"
+    )
+    np.testing.assert_allclose(scores, (s_sgr + s_saf) / 2, rtol=1e-5, atol=1e-6)
+    assert results == {"full": retrieval_metrics(scores, split.true_image)}
+    # The default protocol of a split called "test" of an unknown dataset is the full matrix.
+    assert list(evaluate_models([sgr], split, eval_score="raw")[0]) == ["full"]
+
+
+def test_ensemble_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least one"):
+        ensemble([])
+    with pytest.raises(ValueError, match="disagree in shape"):
+        ensemble([np.zeros((2, 4)), np.zeros((2, 5))])
+
+
+def test_view_reducer_evidence_is_log_space_mean():
+    # Pair A has one strong and one weak view, pair B two moderate views. Averaging log
+    # evidence prefers B; the released average of exp evidence is dominated by A's strong view.
+    raw = torch.tensor([[3.0, 2.0], [-3.0, 2.0]]).view(2, 1, 2)  # (W=2, 1 image, 2 captions)
+    log_mean = view_reducer("evidence")(raw)[0]
+    released = view_reducer("evidence_mean_exp")(raw)[0]
+    assert log_mean[1] > log_mean[0]
+    assert released[0] > released[1]
+    # Far beyond float32 exp range the released ranking is still finite and ordered.
+    big = view_reducer("evidence_mean_exp")(torch.tensor([[100.0, 90.0]]).view(1, 1, 2))
+    assert torch.isfinite(big).all() and big[0, 0] > big[0, 1]
+    with pytest.raises(ValueError, match="eval_score"):
+        view_reducer("probability")
+    with pytest.raises(ValueError, match="tau"):
+        view_reducer("evidence", tau=0.0)
+
+
+def random_scores(n_img: int, cpi: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    c2i = np.arange(n_img * cpi) // cpi
+    scores = rng.standard_normal((n_img, n_img * cpi)).astype(np.float32)
+    scores[c2i, np.arange(c2i.size)] += 2.0
+    return scores, c2i
+
+
+def test_evaluate_scores_protocols():
+    scores, c2i = random_scores(50, 5)
+    full = retrieval_metrics(scores, c2i)
+    assert evaluate_scores(scores, c2i, protocol="full") == {"full": full}
+    assert evaluate_scores(scores, c2i, protocol="1k") == {"1k": full}
+
+    coco = evaluate_scores(scores, c2i, protocol="coco5fold")
+    assert list(coco) == ["5fold", "5k", "fold0", "fold1", "fold2", "fold3", "fold4"]
+    assert coco["5k"] == full
+    folds = fold_metrics(scores, c2i, coco_folds(50, 5, 5))
+    assert coco["5fold"] == folds["mean"]
+    assert coco["fold3"] == retrieval_metrics(scores[30:40, 150:200], np.arange(50) // 5)
+    assert all(tuple(m) == METRIC_KEYS for m in coco.values())
+
+    table = metric_table(coco)
+    assert len(table.splitlines()) == 1 + len(coco) and "rsum" in table.splitlines()[0]
+
+
+def test_evaluate_scores_bad_input():
+    scores, c2i = random_scores(7, 5)
+    with pytest.raises(ValueError, match="protocol"):
+        evaluate_scores(scores, c2i, protocol="5fold")
+    with pytest.raises(ValueError, match="divisible"):
+        evaluate_scores(scores, c2i, protocol="coco5fold")
+    with pytest.raises(ValueError, match="caption_to_image"):
+        evaluate_scores(scores, c2i[:-1], protocol="full")
+
+
+@pytest.mark.parametrize(
+    ("name", "split", "expected"),
+    [
+        ("coco_precomp", "testall", "coco5fold"),
+        ("coco_precomp", "test", "1k"),
+        ("f30k_precomp", "test", "1k"),
+        ("cc152k_precomp", "test", "1k"),
+        ("f30k_precomp", "dev", "full"),
+        ("coco_precomp", "dev", "full"),
+        ("synthetic_precomp", "test", "full"),
+    ],
+)
+def test_default_protocol(name, split, expected):
+    assert default_protocol(name, split) == expected
