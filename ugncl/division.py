@@ -1,0 +1,469 @@
+"""Uncertainty-guided division of training pairs (paper Eqs. 4-11, METHOD sections 3-6).
+
+Pure tensor functions turn one batch of raw scores ``(W, K, K)`` into per-pair opinions,
+normalised uncertainty, soft labels and one of four sets; :class:`DivisionAccumulator`
+collects batch results over a whole training set, keyed by dataset sample index, and
+:func:`division_quality` scores a division against ground-truth clean flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ugncl.evidential import EvidenceFloor, _check_floor, ds_combine_many, evidence
+
+__all__ = [
+    "CLEAN",
+    "HARD_CLEAN",
+    "HARD_NOISY",
+    "NOISY",
+    "SET_NAMES",
+    "UNVISITED",
+    "BatchDivision",
+    "DivisionAccumulator",
+    "DivisionResult",
+    "batch_opinions",
+    "bidirectional_alpha",
+    "divide_batch",
+    "divide_dataset",
+    "division_quality",
+    "floor_uncertainty",
+    "fuse_views",
+    "normalised_uncertainty",
+]
+
+# Set codes (paper S_C, S_N, S_H^C, S_H^N); UNVISITED marks samples no batch has covered.
+CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
+UNVISITED = -1
+SET_NAMES: dict[int, str] = {
+    CLEAN: "clean",
+    NOISY: "noisy",
+    HARD_CLEAN: "hard_clean",
+    HARD_NOISY: "hard_noisy",
+}
+
+
+def _check_scores(raw: Tensor) -> None:
+    if raw.dim() != 3 or raw.shape[1] != raw.shape[2]:
+        raise ValueError(
+            f"raw scores must have shape (W, K, K) (views, images, captions of one batch), got "
+            f"{tuple(raw.shape)}; add a view axis with raw.unsqueeze(0) for a single view"
+        )
+
+
+# ------------------------------------------------------------------ opinions (Eqs. 4-7)
+
+
+def bidirectional_alpha(e: Tensor) -> Tensor:
+    """Per-view bidirectional Dirichlet parameters of each pair (paper Eq. 4, METHOD 3).
+
+    Pair ``i`` sums the image-as-query row and the caption-as-query column:
+    ``alpha[w, i, k] = e[w, i, k] + e[w, k, i] + 1``.
+
+    Args:
+        e: evidence ``(W, K, K)``, rows images, columns captions.
+
+    Returns:
+        Dirichlet parameters ``(W, K, K)``: ``[w, i]`` is pair ``i``'s opinion over the K
+        candidates in view ``w``.
+    """
+    return e + e.transpose(1, 2) + 1.0
+
+
+def fuse_views(alpha: Tensor) -> tuple[Tensor, Tensor]:
+    """Fuse the per-view opinions with the reduced Dempster-Shafer rule (paper Eq. 7).
+
+    Args:
+        alpha: Dirichlet parameters ``(W, N, K)``.
+
+    Returns:
+        ``(b, u)``: fused beliefs ``(N, K)`` and uncertainty ``(N,)``.
+    """
+    _, b, u = ds_combine_many(alpha)
+    return b, u
+
+
+def batch_opinions(
+    raw: Tensor, *, tau: float = 0.1, ceiling: float | None = 50.0, floor: EvidenceFloor = "keep"
+) -> tuple[Tensor, Tensor]:
+    """Fused bidirectional opinion of every pair of a batch (paper Eqs. 3-7).
+
+    Args:
+        raw: raw scores ``(W, K, K)``.
+        tau, ceiling, floor: see :func:`ugncl.evidential.evidence`.
+
+    Returns:
+        ``(b, u)``: beliefs ``(K, K)`` (row ``i`` = pair ``i`` over the K candidates) and
+        uncertainty ``(K,)``.
+    """
+    _check_scores(raw)
+    e = evidence(raw, tau=tau, ceiling=ceiling, floor=floor)
+    return fuse_views(bidirectional_alpha(e))
+
+
+def floor_uncertainty(
+    K: int,
+    W: int,
+    floor: EvidenceFloor = "keep",
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Fused uncertainty when every evidence sits at the floor (METHOD section 5).
+
+    Computed by running the same pipeline (:func:`bidirectional_alpha`, :func:`fuse_views`)
+    on a ``(W, K, K)`` batch of floor evidence (1 for ``"keep"``, 0 for ``"subtract"``), so a
+    batch of scores at the floor gets ``u / u_floor == 1`` exactly, not just up to rounding.
+    Closed forms for ``"keep"``: W = 1 gives 1/3, W = 2 gives ``1 / (5 + 4/K)``;
+    ``"subtract"`` gives 1 for every W.
+
+    Args:
+        K: candidates per opinion (the batch size), ``>= 1``.
+        W: number of views, ``>= 1``.
+        floor: evidence floor mode.
+        dtype, device: of the returned scalar (use those of the ``u`` it will divide).
+
+    Returns:
+        0-dim tensor.
+    """
+    _check_floor(floor)
+    if K < 1 or W < 1:
+        raise ValueError(f"floor_uncertainty needs K >= 1 and W >= 1, got K={K}, W={W}")
+    fill = 1.0 if floor == "keep" else 0.0
+    e = torch.full((W, K, K), fill, dtype=dtype, device=device)
+    _, u = fuse_views(bidirectional_alpha(e))
+    return u[0]
+
+
+def normalised_uncertainty(u: Tensor, W: int, floor: EvidenceFloor = "keep") -> Tensor:
+    """``u_bar = u / u_floor`` (METHOD section 5): 1 = no evidence beyond the floor.
+
+    Args:
+        u: fused uncertainty ``(K,)`` of a batch of K pairs.
+        W: number of views that were fused.
+        floor: evidence floor mode.
+
+    Returns:
+        ``(K,)`` in ``[0, 1]``.
+    """
+    # u_bar <= 1 holds exactly: in evidence terms the reduced DST rule is
+    # e = e1 + e2 + e1 * e2 / K (elementwise), increasing in every input, and
+    # 1 / u = 1 + sum(e) / K, so any evidence above the floor lowers the fused u. The clamp
+    # only removes rounding.
+    u_floor = floor_uncertainty(u.shape[-1], W, floor, dtype=u.dtype, device=u.device)
+    return (u / u_floor).clamp(max=1.0)
+
+
+# ------------------------------------------------------------------ division (Eqs. 8-11)
+
+
+@dataclass
+class BatchDivision:
+    """Division of one batch of K pairs (all tensors ``(K,)``, on the scores' device).
+
+    Attributes:
+        u: fused uncertainty ``K / S``.
+        u_bar: normalised uncertainty ``u / u_floor``.
+        soft_label: training label ``y_i``: 1 for clean, 0 for noisy, ``projected`` for hard.
+        projected: projected probability of the diagonal ``b_ii / (1 - u_i)``.
+        sets: set code per pair (CLEAN, NOISY, HARD_CLEAN, HARD_NOISY), int64.
+        belief_argmax: ``argmax_k b_i[k]``, int64.
+    """
+
+    u: Tensor
+    u_bar: Tensor
+    soft_label: Tensor
+    projected: Tensor
+    sets: Tensor
+    belief_argmax: Tensor
+
+
+def divide_batch(
+    raw: Tensor,
+    *,
+    tau: float = 0.1,
+    ceiling: float | None = 50.0,
+    floor: EvidenceFloor = "keep",
+    p: float = 0.5,
+    epsilon: float = 0.5,
+) -> BatchDivision:
+    """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
+
+    * ``u_bar_i < p``: determined; clean (label 1) if ``argmax_k b_i[k] == i``, else noisy
+      (label 0).
+    * ``u_bar_i >= p``: hard; soft label ``y_i = b_ii / (1 - u_i)`` (the projected
+      probability of the diagonal; the paper's ``b_ii`` would leave hard-clean empty, see
+      METHOD 6); hard-clean if ``y_i > epsilon``, else hard-noisy.
+
+    Gradients are not tracked (the input is detached).
+
+    Args:
+        raw: raw scores ``(W, K, K)`` of K pairs (image i with caption i).
+        tau, ceiling, floor: evidence settings (:func:`ugncl.evidential.evidence`).
+        p: uncertainty threshold on ``u_bar`` (paper: 0.5).
+        epsilon: soft-label threshold for hard pairs (paper: 0.5).
+
+    Returns:
+        A :class:`BatchDivision`.
+    """
+    _check_scores(raw)
+    with torch.no_grad():
+        b, u = batch_opinions(raw.detach(), tau=tau, ceiling=ceiling, floor=floor)
+        u_bar = normalised_uncertainty(u, raw.shape[0], floor)
+        diag = torch.diagonal(b)
+        # sum_k b_ik = 1 - u_i exactly in exact arithmetic; the sum avoids 1 - u rounding and
+        # gives 0 (not NaN) when a "subtract" opinion holds no evidence at all.
+        projected = diag / b.sum(dim=-1).clamp_min(torch.finfo(b.dtype).tiny)
+        argmax = b.argmax(dim=-1)
+        idx = torch.arange(b.shape[0], device=b.device)
+        determined = u_bar < p
+        matched = argmax == idx
+        hard_clean = projected > epsilon
+        sets = torch.where(
+            determined,
+            torch.where(matched, CLEAN, NOISY),
+            torch.where(hard_clean, HARD_CLEAN, HARD_NOISY),
+        ).long()
+        soft_label = torch.where(determined, matched.to(projected.dtype), projected)
+    return BatchDivision(
+        u=u, u_bar=u_bar, soft_label=soft_label, projected=projected, sets=sets,
+        belief_argmax=argmax,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------- whole-dataset accumulation
+
+
+@dataclass
+class DivisionResult:
+    """Per-sample division of a whole training set, keyed by dataset sample index.
+
+    Arrays have length ``num_samples``; samples no batch covered have ``sets == UNVISITED``
+    (-1) and NaN in the float arrays.
+
+    Attributes:
+        u: fused uncertainty, float32.
+        u_bar: normalised uncertainty, float32.
+        soft_label: training label (1 clean, 0 noisy, soft for hard), float32.
+        sets: set code, int8.
+    """
+
+    u: np.ndarray
+    u_bar: np.ndarray
+    soft_label: np.ndarray
+    sets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sets)
+
+    @property
+    def visited(self) -> np.ndarray:
+        """``(N,)`` bool: samples that some batch covered."""
+        return self.sets >= 0
+
+    def counts(self) -> dict[str, int]:
+        """Size of each set plus ``unvisited``."""
+        out = {name: int((self.sets == code).sum()) for code, name in SET_NAMES.items()}
+        out["unvisited"] = int((self.sets == UNVISITED).sum())
+        return out
+
+    def lookup(
+        self, index: Tensor, device: torch.device | str | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Division entries of one training batch, ready for ``ugncl_objective``.
+
+        Args:
+            index: dataset sample indices ``(K,)``.
+            device: where to put the result (default: ``index.device``).
+
+        Returns:
+            ``(sets (K,) int64, soft_label (K,) float32, u_bar (K,) float32)``.
+
+        Raises:
+            ValueError: if an index is out of range or was never visited.
+        """
+        idx = _check_index(index, len(self))
+        if (self.sets[idx] < 0).any():
+            missing = idx[self.sets[idx] < 0][:5].tolist()
+            raise ValueError(
+                f"samples {missing} were not covered by the division pass; run it over the "
+                "whole training set (drop_last=False) before training on its result"
+            )
+        device = index.device if device is None else device
+        return (
+            torch.as_tensor(self.sets[idx].astype(np.int64), device=device),
+            torch.as_tensor(self.soft_label[idx], device=device),
+            torch.as_tensor(self.u_bar[idx], device=device),
+        )
+
+    def to_state(self) -> dict[str, Tensor]:
+        """Plain dict of CPU tensors (loads with ``torch.load(weights_only=True)``)."""
+        return {
+            "u": torch.from_numpy(self.u.copy()),
+            "u_bar": torch.from_numpy(self.u_bar.copy()),
+            "soft_label": torch.from_numpy(self.soft_label.copy()),
+            "sets": torch.from_numpy(self.sets.copy()),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> DivisionResult:
+        """Inverse of :meth:`to_state`; accepts tensors or numpy arrays."""
+        missing = {"u", "u_bar", "soft_label", "sets"} - set(state)
+        if missing:
+            raise ValueError(
+                f"division state lacks keys {sorted(missing)}; it must come from "
+                "DivisionResult.to_state()"
+            )
+
+        def arr(key: str, dtype: type) -> np.ndarray:
+            v = state[key]
+            v = v.detach().cpu().numpy() if isinstance(v, Tensor) else np.asarray(v)
+            return v.astype(dtype, copy=True)
+
+        out = cls(
+            u=arr("u", np.float32),
+            u_bar=arr("u_bar", np.float32),
+            soft_label=arr("soft_label", np.float32),
+            sets=arr("sets", np.int8),
+        )
+        if len({len(out.u), len(out.u_bar), len(out.soft_label), len(out.sets)}) != 1:
+            raise ValueError("division state arrays have different lengths; the state is corrupt")
+        return out
+
+
+def _check_index(index: Tensor | np.ndarray, n: int) -> np.ndarray:
+    idx = index.detach().cpu().numpy() if isinstance(index, Tensor) else np.asarray(index)
+    idx = idx.astype(np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(
+            f"sample index out of range [0, {n}): min {idx.min()}, max {idx.max()}; pass the "
+            "dataset sample index (PairBatch.index), not the position in the batch"
+        )
+    return idx
+
+
+class DivisionAccumulator:
+    """Collects :class:`BatchDivision` results of a pass over the training set.
+
+    Args:
+        num_samples: size of the training set (number of pairs / captions).
+    """
+
+    def __init__(self, num_samples: int) -> None:
+        if num_samples < 0:
+            raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+        self._u = np.full(num_samples, np.nan, dtype=np.float32)
+        self._u_bar = np.full(num_samples, np.nan, dtype=np.float32)
+        self._soft = np.full(num_samples, np.nan, dtype=np.float32)
+        self._sets = np.full(num_samples, UNVISITED, dtype=np.int8)
+
+    def add(self, index: Tensor, div: BatchDivision) -> None:
+        """Record one batch; a sample seen twice keeps its latest value.
+
+        Args:
+            index: dataset sample indices ``(K,)`` of the batch's pairs, in batch order.
+            div: the batch's division.
+        """
+        idx = _check_index(index, len(self._sets))
+        if idx.shape[0] != div.sets.shape[0]:
+            raise ValueError(
+                f"index has {idx.shape[0]} entries but the division covers "
+                f"{div.sets.shape[0]} pairs"
+            )
+        self._u[idx] = div.u.detach().float().cpu().numpy()
+        self._u_bar[idx] = div.u_bar.detach().float().cpu().numpy()
+        self._soft[idx] = div.soft_label.detach().float().cpu().numpy()
+        self._sets[idx] = div.sets.detach().cpu().numpy().astype(np.int8)
+
+    def result(self) -> DivisionResult:
+        """Copies of the collected arrays."""
+        return DivisionResult(
+            u=self._u.copy(), u_bar=self._u_bar.copy(), soft_label=self._soft.copy(),
+            sets=self._sets.copy(),
+        )  # fmt: skip
+
+
+def divide_dataset(
+    batches: Iterable[tuple[Tensor, Tensor]],
+    num_samples: int,
+    *,
+    tau: float = 0.1,
+    ceiling: float | None = 50.0,
+    floor: EvidenceFloor = "keep",
+    p: float = 0.5,
+    epsilon: float = 0.5,
+) -> DivisionResult:
+    """Divide a whole training set (METHOD 6), model-free.
+
+    Args:
+        batches: iterable of ``(index (K,), raw (W, K, K))``, e.g. a generator that runs the
+            model in eval mode under ``torch.no_grad()`` over a seeded shuffled loader.
+        num_samples: size of the training set.
+        tau, ceiling, floor, p, epsilon: see :func:`divide_batch`.
+
+    Returns:
+        The :class:`DivisionResult`.
+    """
+    acc = DivisionAccumulator(num_samples)
+    for index, raw in batches:
+        div = divide_batch(raw, tau=tau, ceiling=ceiling, floor=floor, p=p, epsilon=epsilon)
+        acc.add(index, div)
+    return acc.result()
+
+
+# ------------------------------------------------------------------------- quality
+
+
+def _ratio(num: int, den: int) -> float:
+    return float(num) / den if den else 0.0
+
+
+def division_quality(sets: np.ndarray | Tensor, clean: np.ndarray | Tensor) -> dict[str, Any]:
+    """Division quality against ground-truth clean flags (METHOD 6, "record per epoch").
+
+    "Noisy" predictions are NOISY or HARD_NOISY. Unvisited samples (``sets == -1``) are
+    ignored. Undefined precision/recall/F1 (0/0) are 0.0 (scikit-learn's
+    ``zero_division=0``); the clean share of an empty set is ``None`` (not NaN, not 0.0, which
+    would read as "all noisy").
+
+    Args:
+        sets: set codes ``(N,)``.
+        clean: ground-truth flags ``(N,)``, True for a correctly matched pair.
+
+    Returns:
+        ``n_clean, n_noisy, n_hard_clean, n_hard_noisy`` (int), ``noisy_precision,
+        noisy_recall, noisy_f1`` (float), ``clean_share_clean, clean_share_noisy,
+        clean_share_hard_clean, clean_share_hard_noisy`` (float or None).
+    """
+    s = sets.detach().cpu().numpy() if isinstance(sets, Tensor) else np.asarray(sets)
+    c = clean.detach().cpu().numpy() if isinstance(clean, Tensor) else np.asarray(clean)
+    if s.shape != c.shape or s.ndim != 1:
+        raise ValueError(
+            f"sets {s.shape} and clean {c.shape} must be 1-D arrays of the same length"
+        )
+    keep = s >= 0
+    s, c = s[keep].astype(np.int64), c[keep].astype(bool)
+    out: dict[str, Any] = {}
+    for code, name in SET_NAMES.items():
+        out[f"n_{name}"] = int((s == code).sum())
+    pred_noisy = (s == NOISY) | (s == HARD_NOISY)
+    true_noisy = ~c
+    tp = int((pred_noisy & true_noisy).sum())
+    precision = _ratio(tp, int(pred_noisy.sum()))
+    recall = _ratio(tp, int(true_noisy.sum()))
+    out["noisy_precision"] = precision
+    out["noisy_recall"] = recall
+    out["noisy_f1"] = (
+        2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    )
+    for code, name in SET_NAMES.items():
+        members = s == code
+        n = int(members.sum())
+        out[f"clean_share_{name}"] = float(c[members].sum()) / n if n else None
+    return out

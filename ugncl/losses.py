@@ -1,0 +1,415 @@
+"""Batch losses: VSE++ hinge, trusted robust loss and the UGNCL objectives (Eqs. 1, 12-18).
+
+Score matrices are ``(K, K)`` with rows = images and columns = captions of one batch, pair
+``i`` = (image i, caption i); raw model output is ``(W, K, K)`` for W image views. Objectives
+return dicts of named terms: the trainer back-propagates the sum of the entries whose key
+starts with ``"loss"`` and logs the rest as diagnostics (detached scalars).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY
+from ugncl.evidential import (
+    EvidenceFloor,
+    ds_combine_many,
+    edl_terms,
+    evidence,
+    trusted_margin_factor,
+)
+
+__all__ = [
+    "evidential_loss",
+    "lambda_schedule",
+    "soft_margin",
+    "triplet_objective",
+    "trusted_margins",
+    "trusted_robust_loss",
+    "ugncl_objective",
+    "vse_hinge",
+    "warmup_objective",
+]
+
+EvidentialMode = Literal["fused", "per_view"]
+
+
+def _check_square(scores: Tensor, name: str = "scores") -> int:
+    if scores.dim() != 2 or scores.shape[0] != scores.shape[1]:
+        raise ValueError(
+            f"{name} must be a square (K, K) matrix (images x captions of one batch), got "
+            f"{tuple(scores.shape)}"
+        )
+    return scores.shape[0]
+
+
+def _check_views(raw: Tensor) -> tuple[int, int]:
+    if raw.dim() != 3 or raw.shape[1] != raw.shape[2]:
+        raise ValueError(
+            f"raw scores must have shape (W, K, K), got {tuple(raw.shape)}; add a view axis "
+            "with raw.unsqueeze(0) for a single-view model"
+        )
+    return raw.shape[0], raw.shape[1]
+
+
+def _check_per_pair(t: Tensor, K: int, name: str) -> None:
+    if t.shape != (K,):
+        raise ValueError(
+            f"{name} must have shape ({K},) (one entry per pair), got {tuple(t.shape)}"
+        )
+
+
+# ----------------------------------------------------------------------- hinge primitives
+
+
+def _hinge_costs(scores: Tensor, margins: Tensor) -> tuple[Tensor, Tensor]:
+    """Hinge costs per (anchor, negative), both directions, margin indexed by the anchor.
+
+    Returns ``(cost_i2t, cost_t2i)``, each ``(K, K)`` with row = anchor, column = negative,
+    diagonal zero: ``cost_i2t[i, j] = [m_i + s[i, j] - s[i, i]]_+`` (image i, caption j) and
+    ``cost_t2i[j, i] = [m_j + s[i, j] - s[j, j]]_+`` (caption j, image i). The released code
+    indexes text-to-image margins by image rows (reference_implementations 6.4); here the
+    caption anchor's margin is used.
+    """
+    diag = scores.diagonal()
+    cost_i2t = (margins[:, None] + scores - diag[:, None]).clamp_min(0)
+    cost_t2i = (margins[:, None] + scores.t() - diag[:, None]).clamp_min(0)
+    eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
+    return cost_i2t.masked_fill(eye, 0.0), cost_t2i.masked_fill(eye, 0.0)
+
+
+def vse_hinge(scores: Tensor, margin: float = 0.2, max_violation: bool = True) -> Tensor:
+    """VSE++ / SGRAF contrastive hinge loss (paper Eq. 1), summed over the batch.
+
+    Args:
+        scores: similarity ``(K, K)``, rows images, columns captions.
+        margin: hinge margin.
+        max_violation: hardest negative per anchor (VSE++); ``False`` sums over all negatives.
+
+    Returns:
+        Scalar: sum over anchors of the image-to-text and text-to-image hinges.
+    """
+    K = _check_square(scores)
+    margins = torch.full((K,), margin, dtype=scores.dtype, device=scores.device)
+    cost_i2t, cost_t2i = _hinge_costs(scores, margins)
+    if max_violation:
+        return cost_i2t.max(dim=1).values.sum() + cost_t2i.max(dim=1).values.sum()
+    return cost_i2t.sum() + cost_t2i.sum()
+
+
+# --------------------------------------------------------------------------- TRL (Eqs. 16-17)
+
+
+def soft_margin(y: Tensor, gamma: float = 0.2, m: float = 10.0) -> Tensor:
+    """Soft margin ``gamma * (m**y - 1) / (m - 1)`` of a soft label (paper Eq. 17; as NCR).
+
+    Args:
+        y: soft labels, any shape, in ``[0, 1]``.
+        gamma: base margin (0.2).
+        m: curvature (10), ``> 0`` and ``!= 1``.
+
+    Returns:
+        Margins in ``[0, gamma]``, same shape as ``y``.
+    """
+    if m <= 0 or m == 1:
+        raise ValueError(f"soft-margin base m must be > 0 and != 1, got {m}; the paper uses 10")
+    return gamma * torch.expm1(y * math.log(m)) / (m - 1.0)
+
+
+def lambda_schedule(K: int, step: int, delta: float = 0.025, theta: int = 5) -> int:
+    """Number of hard negatives ``lambda = max(floor(K - delta * step), theta)`` (Eq. 16).
+
+    ``step`` is the global optimiser step (the released schedule; see METHOD 8). The result
+    is clipped to the available negatives ``K - 1`` (a short last batch included) and to at
+    least 1.
+
+    Args:
+        K: size of the current batch.
+        step: global optimiser step, ``>= 0``.
+        delta: decay per step (0.025).
+        theta: lower bound (5).
+
+    Returns:
+        ``lambda`` in ``[1, max(K - 1, 1)]``.
+    """
+    if K < 1 or step < 0:
+        raise ValueError(f"lambda_schedule needs K >= 1 and step >= 0, got K={K}, step={step}")
+    lam = max(math.floor(K - delta * step), theta)
+    return max(1, min(lam, K - 1))
+
+
+def trusted_margins(
+    sets: Tensor,
+    soft_label: Tensor,
+    u_bar: Tensor,
+    *,
+    gamma: float = 0.2,
+    m: float = 10.0,
+    delta: float = 10.0,
+) -> Tensor:
+    """Per-pair margins of the trusted robust loss (paper Eq. 17, METHOD 8).
+
+    CLEAN: ``gamma``; HARD_CLEAN: ``f_C(u_bar) * soft_margin(y)``; HARD_NOISY:
+    ``f_N(u_bar) * soft_margin(y)``; NOISY: 0 (the pair gets no triplet term anyway).
+
+    Args:
+        sets: set codes ``(K,)``.
+        soft_label: soft labels ``y`` ``(K,)``.
+        u_bar: normalised uncertainty ``(K,)``.
+        gamma, m: soft-margin parameters.
+        delta: trusted-margin steepness ``Delta`` (10).
+
+    Returns:
+        Margins ``(K,)`` in ``[0, gamma]``, dtype/device of ``soft_label``.
+    """
+    y = soft_label
+    hat = soft_margin(y.clamp(0.0, 1.0), gamma, m)
+    f_c = trusted_margin_factor(u_bar, delta, clean=True).to(y.dtype)
+    f_n = trusted_margin_factor(u_bar, delta, clean=False).to(y.dtype)
+    zero = torch.zeros_like(y)
+    margins = torch.where(sets == CLEAN, torch.full_like(y, gamma), zero)
+    margins = torch.where(sets == HARD_CLEAN, f_c * hat, margins)
+    return torch.where(sets == HARD_NOISY, f_n * hat, margins)
+
+
+def trusted_robust_loss(scores: Tensor, margins: Tensor, sets: Tensor, lam: int) -> Tensor:
+    """Trusted robust loss of one view (paper Eq. 16), summed over anchors.
+
+    Per pair k and each direction (image k against captions, caption k against images):
+    CLEAN -> hinge with the hardest negative; HARD_CLEAN / HARD_NOISY -> mean hinge over the
+    ``lam`` hardest negatives; NOISY (or any other code) -> nothing. The margin is the
+    anchor's ``margins[k]`` in both directions. Summed over the batch like the released
+    ``TRL_loss`` (not averaged), so ``xi2`` keeps its released scale.
+
+    Args:
+        scores: similarity ``(K, K)`` (UGNCL feeds ``tanh(raw)``).
+        margins: per-pair margins ``(K,)`` (:func:`trusted_margins`).
+        sets: set codes ``(K,)``.
+        lam: number of hard negatives; clipped to ``[1, K - 1]``.
+
+    Returns:
+        Scalar.
+    """
+    K = _check_square(scores)
+    _check_per_pair(margins, K, "margins")
+    _check_per_pair(sets, K, "sets")
+    lam = max(1, min(int(lam), K - 1))
+    margins = margins.to(device=scores.device, dtype=scores.dtype)
+    sets = sets.to(scores.device)
+    per_anchor = scores.new_zeros(K)
+    clean = sets == CLEAN
+    hard = (sets == HARD_CLEAN) | (sets == HARD_NOISY)
+    for cost in _hinge_costs(scores, margins):
+        hardest = cost.max(dim=1).values
+        # Costs are >= 0 and the diagonal is 0, so the top-lam over all K columns equals the
+        # top-lam over the K - 1 negatives (lam <= K - 1).
+        top_mean = cost.topk(lam, dim=1).values.mean(dim=1)
+        per_anchor = per_anchor + torch.where(clean, hardest, torch.where(hard, top_mean, 0.0))
+    return per_anchor.sum()
+
+
+# ---------------------------------------------------------------- evidential loss (Eqs. 12-15)
+
+
+def _fused_strength_cap(K: int, ceiling: float | None) -> float | None:
+    # Fused strength grows like S1 * S2 / K; cap it at twice the strength of one view with
+    # every evidence at the ceiling, so the loss and its gradient stay finite in float32.
+    if ceiling is None or math.isinf(ceiling):
+        return None
+    return math.log(2 * K) + ceiling
+
+
+def evidential_loss(
+    raw: Tensor,
+    labels: Tensor,
+    *,
+    tau: float = 0.1,
+    ceiling: float | None = 50.0,
+    floor: EvidenceFloor = "keep",
+    kl_weight: float = 0.1,
+    evidential: EvidentialMode = "fused",
+) -> dict[str, Tensor]:
+    """``L_e = L_e^i2t + L_e^t2i`` averaged over the batch (paper Eqs. 12-15, METHOD 7).
+
+    Target of query i: ``one_hot(i) * labels[i]``. Image-to-text queries are rows
+    (``alpha = e[i, :] + 1``), text-to-image queries are columns (``alpha = e[:, j] + 1``).
+    ``"fused"``: each direction's opinions are fused over views by DST (Eq. 14) and the loss
+    is taken on the fused Dirichlet; ``"per_view"`` (released code): loss per view,
+    averaged over views.
+
+    Args:
+        raw: raw scores ``(W, K, K)``.
+        labels: soft labels ``(K,)`` (1 clean, 0 noisy, soft for hard; ones in warm-up).
+        tau, ceiling, floor: evidence settings.
+        kl_weight: ``xi1``.
+        evidential: ``"fused"`` or ``"per_view"``.
+
+    Returns:
+        ``{"loss": L_e, "i2t", "t2i", "ls", "kl"}``; ``ls + kl_weight * kl == loss``.
+    """
+    W, K = _check_views(raw)
+    _check_per_pair(labels, K, "labels")
+    if evidential not in ("fused", "per_view"):
+        raise ValueError(f"evidential must be 'fused' or 'per_view', got {evidential!r}")
+    e = evidence(raw, tau=tau, ceiling=ceiling, floor=floor)
+    target = torch.diag_embed(labels.to(device=e.device, dtype=e.dtype))
+    cap = _fused_strength_cap(K, ceiling)
+    out: dict[str, Tensor] = {}
+    ls_total = kl_total = e.new_zeros(())
+    for name, alpha in (("i2t", e + 1.0), ("t2i", e.transpose(1, 2) + 1.0)):
+        if evidential == "fused":
+            fused, _, _ = ds_combine_many(alpha, max_log_strength=cap)
+            ls, kl = edl_terms(fused, target)
+            ls, kl = ls.mean(), kl.mean()
+        else:
+            terms = [edl_terms(alpha[w], target) for w in range(W)]
+            ls = torch.stack([t[0].mean() for t in terms]).mean()
+            kl = torch.stack([t[1].mean() for t in terms]).mean()
+        out[name] = ls + kl_weight * kl
+        ls_total = ls_total + ls
+        kl_total = kl_total + kl
+    out["loss"] = out["i2t"] + out["t2i"]
+    out["ls"], out["kl"] = ls_total, kl_total
+    return out
+
+
+# ------------------------------------------------------------------------ objectives (Eq. 18)
+
+
+def _mean_over_views(raw: Tensor, fn) -> Tensor:
+    return torch.stack([fn(raw[w]) for w in range(raw.shape[0])]).mean()
+
+
+def ugncl_objective(
+    raw: Tensor,
+    *,
+    sets: Tensor,
+    soft_label: Tensor,
+    u_bar: Tensor,
+    lam: int,
+    tau: float = 0.1,
+    ceiling: float | None = 50.0,
+    floor: EvidenceFloor = "keep",
+    kl_weight: float = 0.1,
+    trl_weight: float = 0.8,
+    gamma: float = 0.2,
+    margin_base: float = 10.0,
+    trust_delta: float = 10.0,
+    evidential: EvidentialMode = "fused",
+) -> dict[str, Tensor]:
+    """UGNCL batch objective ``L = L_e + xi2 * L_t`` (paper Eq. 18, METHOD 7-9).
+
+    Args:
+        raw: raw scores ``(W, K, K)`` (with gradients).
+        sets: set codes ``(K,)`` of the batch's pairs (from the division).
+        soft_label: labels ``(K,)``: 1 clean, 0 noisy, soft for hard pairs.
+        u_bar: normalised uncertainty ``(K,)``.
+        lam: hard negatives (:func:`lambda_schedule`).
+        tau, ceiling, floor: evidence settings.
+        kl_weight: ``xi1`` (0.1).
+        trl_weight: ``xi2`` (paper 0.8, released 0.2).
+        gamma: base margin (0.2).
+        margin_base: soft-margin base ``m`` (10).
+        trust_delta: ``Delta`` (10).
+        evidential: ``"fused"`` (Eq. 14) or ``"per_view"`` (released).
+
+    Returns:
+        ``loss_edl`` (``L_e``), ``loss_trl`` (``xi2 * L_t``, ``L_t`` = TRL on ``tanh(raw)``
+        averaged over views) and detached diagnostics ``edl_i2t, edl_t2i, edl_ls, edl_kl, trl``
+        (unweighted ``L_t``), ``margin_mean`` (mean margin over non-noisy pairs).
+    """
+    _, K = _check_views(raw)
+    for t, name in ((sets, "sets"), (soft_label, "soft_label"), (u_bar, "u_bar")):
+        _check_per_pair(t, K, name)
+    edl = evidential_loss(
+        raw, soft_label, tau=tau, ceiling=ceiling, floor=floor, kl_weight=kl_weight,
+        evidential=evidential,
+    )  # fmt: skip
+    margins = trusted_margins(
+        sets.to(raw.device), soft_label.to(device=raw.device, dtype=raw.dtype),
+        u_bar.to(raw.device), gamma=gamma, m=margin_base, delta=trust_delta,
+    )  # fmt: skip
+    sets = sets.to(raw.device)
+    # Triplet scores are tanh(raw), as released (METHOD 8); one TRL per view, averaged.
+    trl = _mean_over_views(raw, lambda s: trusted_robust_loss(torch.tanh(s), margins, sets, lam))
+    used = (sets != NOISY).to(margins.dtype)
+    margin_mean = (margins * used).sum() / used.sum().clamp_min(1.0)  # no host sync
+    return {
+        "loss_edl": edl["loss"],
+        "loss_trl": trl_weight * trl,
+        "edl_i2t": edl["i2t"].detach(),
+        "edl_t2i": edl["t2i"].detach(),
+        "edl_ls": edl["ls"].detach(),
+        "edl_kl": edl["kl"].detach(),
+        "trl": trl.detach(),
+        "margin_mean": margin_mean.detach(),
+    }
+
+
+def warmup_objective(
+    raw: Tensor,
+    *,
+    lam: int,
+    tau: float = 0.1,
+    ceiling: float | None = 50.0,
+    floor: EvidenceFloor = "keep",
+    kl_weight: float = 0.1,
+    trl_weight: float = 0.8,
+    gamma: float = 0.2,
+    evidential: EvidentialMode = "fused",
+) -> dict[str, Tensor]:
+    """Warm-up objective (METHOD 9): identity-target ``L_e`` + ``xi2`` x top-lam hinge.
+
+    The hinge treats every pair as an anchor with margin ``gamma`` and averages the ``lam``
+    hardest negatives in each direction (the released warm-up ``TRL_loss``), on
+    ``tanh(raw)``, averaged over views.
+
+    Args:
+        raw: raw scores ``(W, K, K)``.
+        lam: hard negatives (:func:`lambda_schedule`).
+        tau, ceiling, floor, kl_weight, trl_weight, gamma, evidential: as in
+            :func:`ugncl_objective`.
+
+    Returns:
+        ``loss_edl``, ``loss_trl`` and detached ``edl_i2t, edl_t2i, edl_ls, edl_kl, trl``.
+    """
+    _, K = _check_views(raw)
+    ones = torch.ones(K, dtype=raw.dtype, device=raw.device)
+    edl = evidential_loss(
+        raw, ones, tau=tau, ceiling=ceiling, floor=floor, kl_weight=kl_weight,
+        evidential=evidential,
+    )  # fmt: skip
+    margins = torch.full((K,), gamma, dtype=raw.dtype, device=raw.device)
+    sets = torch.full((K,), HARD_CLEAN, dtype=torch.long, device=raw.device)
+    trl = _mean_over_views(raw, lambda s: trusted_robust_loss(torch.tanh(s), margins, sets, lam))
+    return {
+        "loss_edl": edl["loss"],
+        "loss_trl": trl_weight * trl,
+        "edl_i2t": edl["i2t"].detach(),
+        "edl_t2i": edl["t2i"].detach(),
+        "edl_ls": edl["ls"].detach(),
+        "edl_kl": edl["kl"].detach(),
+        "trl": trl.detach(),
+    }
+
+
+def triplet_objective(
+    raw: Tensor, margin: float = 0.2, max_violation: bool = True
+) -> dict[str, Tensor]:
+    """Plain SGRAF baseline: VSE++ hinge on ``sigmoid(raw)`` (SGRAF's score), view-averaged.
+
+    Args:
+        raw: raw scores ``(W, K, K)``.
+        margin: hinge margin (0.2).
+        max_violation: hardest negatives (True) or all negatives.
+
+    Returns:
+        ``{"loss_triplet": scalar}``.
+    """
+    _check_views(raw)
+    loss = _mean_over_views(raw, lambda s: vse_hinge(torch.sigmoid(s), margin, max_violation))
+    return {"loss_triplet": loss}
