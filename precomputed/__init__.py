@@ -1,0 +1,66 @@
+"""Data layer for precomputed region features in the SCAN/NCR layout (plus a synthetic world).
+
+The torch-dependent names (``PairDataset``, ``collate_pairs``, ...) are imported lazily so that
+numpy-only users (tools/make_synthetic.py, the feature scan) do not pay for importing torch.
+"""
+
+import importlib
+
+from .errors import DataFormatError, DataNotFoundError
+from .features import FeatureStore, open_features
+from .layout import KNOWN_DATASETS, DatasetDefaults, SplitPaths, locate_split
+from .noise import (
+    clean_image_index,
+    image_permutation_to_caption_index,
+    load_noise_index,
+    make_caption_noise,
+    noise_sha256,
+    save_noise_index,
+)
+from .tokenizer import tokenize_caption, word_tokenize
+from .tokens import TokenizedCaptions
+from .vocab import Vocabulary, build_vocab, load_vocab
+
+__all__ = [
+    "KNOWN_DATASETS",
+    "DataFormatError",
+    "DataNotFoundError",
+    "DatasetDefaults",
+    "FeatureStore",
+    "PairBatch",
+    "PairDataset",
+    "PrecomputedSplit",
+    "SplitPaths",
+    "TokenizedCaptions",
+    "Vocabulary",
+    "build_vocab",
+    "clean_image_index",
+    "collate_pairs",
+    "image_permutation_to_caption_index",
+    "load_noise_index",
+    "load_vocab",
+    "locate_split",
+    "make_caption_noise",
+    "noise_sha256",
+    "open_features",
+    "open_split",
+    "pad_captions",
+    "save_noise_index",
+    "tokenize_caption",
+    "word_tokenize",
+]
+
+_LAZY = {
+    "PairBatch": "collate",
+    "collate_pairs": "collate",
+    "pad_captions": "collate",
+    "PairDataset": "dataset",
+    "PrecomputedSplit": "dataset",
+    "open_split": "dataset",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,208 @@
+"""Read-only region features: memory-mapped ``.npy`` or an HDF5 dataset ``features``.
+
+COCO's train file is about 33 GB (reference §7.4), so nothing here loads a whole file: ``.npy``
+is opened with ``np.load(mmap_mode="r")``, HDF5 reads only the requested rows, and the NaN/inf
+check at open streams the file through one bounded buffer (plain reads, not the memory map, so
+the pages it touches do not stay in this process's resident set).
+
+dtype: float32 is the layout's dtype. float16 files are accepted and upcast to float32 on read
+(half the disk for the same model inputs); any other dtype is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataFormatError, DataNotFoundError
+
+__all__ = ["FeatureStore", "count_nonfinite", "open_features"]
+
+ACCEPTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+SCAN_CHUNK_BYTES = 16 * 2**20  # bound on the buffer used by the NaN/inf scan
+
+
+class FeatureStore:
+    """Read-only (N, R, D) region features; every read returns float32.
+
+    Attributes:
+        path: the file.
+        shape: (N, R, D).
+        dtype: the dtype stored on disk (float32 or float16).
+    """
+
+    def __init__(self, path: Path, array, h5file=None) -> None:
+        self.path = path
+        self._array = array  # np.memmap or h5py.Dataset
+        self._h5file = h5file
+        self.shape: tuple[int, int, int] = tuple(int(s) for s in array.shape)  # type: ignore[assignment]
+        self.dtype = np.dtype(array.dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"FeatureStore({str(self.path)!r}, shape={self.shape}, dtype={self.dtype})"
+
+    def _check_index(self, idx: int) -> int:
+        n = self.shape[0]
+        if not -n <= idx < n:
+            raise IndexError(f"image index {idx} out of range for {n} images in {self.path}")
+        return idx % n
+
+    def __getitem__(self, idx: int) -> np.ndarray:
+        """One image's regions, (R, D) float32."""
+        return np.asarray(self._array[self._check_index(int(idx))], dtype=np.float32)
+
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        """Regions of several images, (B, R, D) float32, in the order of ``indices``."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        idx = np.array([self._check_index(int(i)) for i in idx], dtype=np.int64)
+        if self._h5file is None:
+            return np.asarray(self._array[idx], dtype=np.float32)
+        # h5py fancy indexing needs increasing unique indices: read those, then re-order.
+        uniq, inverse = np.unique(idx, return_inverse=True)
+        rows = np.asarray(self._array[uniq], dtype=np.float32) if len(uniq) else None
+        if rows is None:
+            return np.empty((0, *self.shape[1:]), dtype=np.float32)
+        return rows[inverse]
+
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        """Images ``start:stop`` as one contiguous read, (stop-start, R, D) float32."""
+        start, stop, _ = slice(start, stop).indices(self.shape[0])
+        return np.ascontiguousarray(self._array[start:stop], dtype=np.float32)
+
+    def close(self) -> None:
+        """Close the HDF5 file (no-op for ``.npy``)."""
+        if self._h5file is not None:
+            self._h5file.close()
+            self._h5file = None
+
+
+def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:  # format 3.0 (utf-8 field names) has no public reader
+                shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+        except ValueError as err:
+            raise DataFormatError(f"{path} is not a valid .npy file ({err})") from err
+        return shape, dtype, fortran, f.tell()
+
+
+def _validate(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    if len(shape) != 3:
+        raise DataFormatError(
+            f"features in {path} have shape {shape} (rank {len(shape)}); expected rank 3 "
+            "(N images, R regions, D dims), e.g. (N, 36, 2048)"
+        )
+    if dtype not in ACCEPTED_DTYPES:
+        raise DataFormatError(
+            f"features in {path} have dtype {dtype}; expected float32 (float16 is accepted and "
+            "upcast); convert the file, e.g. np.save(path, arr.astype(np.float32))"
+        )
+
+
+def count_nonfinite(path: str | Path, *, chunk_bytes: int = SCAN_CHUNK_BYTES) -> int:
+    """Count NaN/inf values of a feature file with memory bounded by ``chunk_bytes``.
+
+    Args:
+        path: a ``.npy`` or ``.h5`` feature file.
+        chunk_bytes: size of the read buffer.
+
+    Returns:
+        The number of non-finite values.
+    """
+    path = Path(path)
+    if path.suffix == ".h5":
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            ds = _h5_dataset(f, path)
+            row_bytes = max(1, int(np.prod(ds.shape[1:])) * ds.dtype.itemsize)
+            step = max(1, chunk_bytes // row_bytes)
+            return sum(
+                int(np.count_nonzero(~np.isfinite(ds[i : i + step])))
+                for i in range(0, ds.shape[0], step)
+            )
+    shape, dtype, _, offset = _npy_header(path)
+    total = int(np.prod(shape))
+    per_read = max(1, chunk_bytes // dtype.itemsize)
+    buf = np.empty(per_read, dtype=dtype)
+    count = 0
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        remaining = total
+        while remaining > 0:
+            n = min(per_read, remaining)
+            view = memoryview(buf[:n]).cast("B")
+            got = f.readinto(view)
+            while got < view.nbytes:  # readinto may return short reads
+                more = f.readinto(view[got:])
+                if not more:
+                    raise DataFormatError(f"{path} is truncated: shorter than its header says")
+                got += more
+            count += int(np.count_nonzero(~np.isfinite(buf[:n])))
+            remaining -= n
+    return count
+
+
+def _h5_dataset(f, path: Path):
+    if "features" not in f:
+        raise DataFormatError(
+            f"HDF5 file {path} has no dataset 'features' (found: {sorted(f.keys())}); write the "
+            "(N, R, D) float32 array as dataset 'features'"
+        )
+    return f["features"]
+
+
+def open_features(path: str | Path, *, allow_nonfinite: bool = False) -> FeatureStore:
+    """Open a feature file read-only without loading it.
+
+    Args:
+        path: ``{split}_ims.npy`` or ``{split}_ims.h5``.
+        allow_nonfinite: accept files holding NaN/inf (they are counted either way).
+
+    Returns:
+        The store.
+
+    Raises:
+        DataNotFoundError: missing file.
+        DataFormatError: wrong rank/dtype, no ``features`` dataset, or NaN/inf values.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataNotFoundError(
+            f"feature file {path} not found; expected (N, R, D) float32 as .npy or as an .h5 "
+            "dataset 'features'"
+        )
+    if path.suffix == ".h5":
+        import h5py
+
+        f = h5py.File(path, "r")
+        try:
+            ds = _h5_dataset(f, path)
+            _validate(path, tuple(ds.shape), np.dtype(ds.dtype))
+        except Exception:
+            f.close()
+            raise
+        store = FeatureStore(path, ds, h5file=f)
+    else:
+        shape, dtype, fortran, _ = _npy_header(path)
+        _validate(path, shape, dtype)
+        if fortran:
+            raise DataFormatError(f"{path} is Fortran-ordered; save it C-contiguous")
+        store = FeatureStore(path, np.load(path, mmap_mode="r"))
+    bad = count_nonfinite(path)
+    if bad and not allow_nonfinite:
+        store.close()
+        raise DataFormatError(
+            f"{path} holds {bad} non-finite (NaN/inf) values; fix the file, or pass "
+            "allow_nonfinite=True (data.allow_nonfinite: true) to use it anyway"
+        )
+    return store

@@ -1,0 +1,81 @@
+import numpy as np
+import pytest
+import torch
+
+from precomputed.collate import collate_pairs, pad_captions
+from precomputed.dataset import PairDataset, open_split
+from precomputed.errors import DataFormatError
+from precomputed.noise import clean_image_index, make_caption_noise
+
+
+@pytest.mark.parametrize("fmt,caps,cpi", [("npy", "txt", 5), ("h5", "tsv", 1)])
+def test_open_split_and_items(make_split, toy_vocab, fmt, caps, cpi):
+    root = make_split(fmt=fmt, caps=caps, cpi=cpi, num_images=8)
+    split = open_split(root, "toy_precomp", "train", toy_vocab, captions_per_image=cpi)
+    assert split.num_images == 8 and split.num_captions == 8 * cpi
+    assert split.true_image.tolist() == (np.arange(8 * cpi) // cpi).tolist()
+    assert split.clean.all()
+    feats, ids, k, image, clean = PairDataset(split)[cpi * 3]
+    assert feats.shape == (4, 6) and feats[0, 0] == 3 and image == 3 and clean
+    assert ids.dtype == np.int64 and ids[0] == 1 and ids[-1] == 2 and k == cpi * 3
+
+
+def test_noise_and_batch(make_split, toy_vocab):
+    root = make_split()
+    noisy = make_caption_noise(clean_image_index(8, 5), 0.5, seed=0)
+    split = open_split(
+        root, "toy_precomp", "train", toy_vocab, captions_per_image=5, noise_index=noisy
+    )
+    ds = PairDataset(split)
+    batch = collate_pairs([ds[k] for k in range(40)])
+    assert batch.images.shape == (40, 4, 6) and batch.images.dtype == torch.float32
+    assert batch.index.tolist() == list(range(40))
+    assert batch.image_index.tolist() == noisy.tolist()
+    assert batch.clean.tolist() == (noisy == np.arange(40) // 5).tolist()
+    assert batch.images[:, 0, 0].long().tolist() == noisy.tolist()  # noisy image is served
+    assert (batch.captions[:, 0] == 1).all() and batch.lengths.dtype == torch.int64
+    assert batch.to("cpu").captions.shape == batch.captions.shape
+
+
+def test_pad_captions_no_sort():
+    caps, lengths = pad_captions([np.array([1, 5, 2]), np.array([1, 2]), np.array([1, 4, 4, 2])])
+    assert lengths.tolist() == [3, 2, 4]
+    assert caps.tolist() == [[1, 5, 2, 0], [1, 2, 0, 0], [1, 4, 4, 2]]
+
+
+def test_max_images_subset(make_split, toy_vocab):
+    root = make_split(split="dev", num_images=8)
+    split = open_split(root, "toy_precomp", "dev", toy_vocab, captions_per_image=5, max_images=3)
+    assert split.num_images == 3 and split.num_captions == 15 and len(split.features) == 3
+    assert split.features.take(np.array([2, 0]))[:, 0, 0].tolist() == [2, 0]
+    with pytest.raises(IndexError):
+        split.features[3]
+    with pytest.raises(DataFormatError, match="subset"):
+        open_split(
+            root,
+            "toy_precomp",
+            "dev",
+            toy_vocab,
+            captions_per_image=5,
+            max_images=3,
+            noise_index=clean_image_index(8, 5),
+        )
+
+
+def test_count_mismatch_reports_both_counts(make_split, toy_vocab):
+    root = make_split(num_images=8, cpi=5)
+    with pytest.raises(DataFormatError, match=r"40 captions for 8 images.*=5 would match"):
+        open_split(root, "toy_precomp", "train", toy_vocab, captions_per_image=1)
+
+
+def test_bad_noise_index_for_split(make_split, toy_vocab):
+    root = make_split()
+    with pytest.raises(DataFormatError, match="length 8"):
+        open_split(
+            root,
+            "toy_precomp",
+            "train",
+            toy_vocab,
+            captions_per_image=5,
+            noise_index=np.arange(8),
+        )

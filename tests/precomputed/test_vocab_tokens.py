@@ -1,0 +1,75 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from precomputed.errors import DataFormatError, DataNotFoundError
+from precomputed.tokens import TokenizedCaptions
+from precomputed.vocab import SPECIALS, Vocabulary, build_vocab, load_vocab
+
+FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+
+
+@pytest.mark.parametrize("name,size", [("f30k", 8481), ("coco", 11353)])
+def test_real_vocab_fixtures_load(name, size):
+    vocab = load_vocab(FIXTURES / f"{name}_precomp_vocab.json")
+    assert len(vocab) == size
+    assert vocab.idx2word[:4] == list(SPECIALS)
+    assert vocab.word2idx["dog"] == vocab.idx2word.index("dog")
+
+
+def test_encode_wraps_and_maps_oov():
+    vocab = Vocabulary([*SPECIALS, "a", "dog"])
+    ids = vocab.encode(["a", "zebra", "dog"])
+    assert ids.dtype == np.int32 and ids.tolist() == [1, 4, 3, 5, 2]
+
+
+def test_build_vocab_scan_rules():
+    caps = ["A dog runs.", "a dog sits", "a dog", "a dog", "the cat"]
+    vocab = build_vocab(caps, min_count=4)
+    assert vocab.idx2word == [*SPECIALS, "a", "dog"]  # first-occurrence order, count >= 4
+    assert len(build_vocab(caps, min_count=1)) == 4 + 7  # a dog runs . sits the cat
+
+
+def test_save_load_roundtrip(tmp_path):
+    vocab = build_vocab(["a dog runs", "a cat"], min_count=1)
+    vocab.save(tmp_path / "v.json")
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert set(data) == {"word2idx", "idx2word", "idx"} and data["idx2word"]["4"] == "a"
+    assert load_vocab(tmp_path / "v.json").idx2word == vocab.idx2word
+
+
+def _write(tmp_path, data):
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_bad_vocab_files(tmp_path):
+    with pytest.raises(DataNotFoundError):
+        load_vocab(tmp_path / "none.json")
+    words = ["<pad>", "<start>", "<unk>", "<end>", "dog"]  # <unk>/<end> swapped
+    data = {
+        "word2idx": {w: i for i, w in enumerate(words)},
+        "idx2word": {str(i): w for i, w in enumerate(words)},
+        "idx": 5,
+    }
+    with pytest.raises(DataFormatError, match=r"<end>=2.*'<end>' is 3"):
+        load_vocab(_write(tmp_path, data))
+    with pytest.raises(DataFormatError, match="lacks key"):
+        load_vocab(_write(tmp_path, {"word2idx": {}}))
+    good = build_vocab(["dog"], min_count=1).to_json()
+    good["idx"] = 7
+    with pytest.raises(DataFormatError, match="idx=7"):
+        load_vocab(_write(tmp_path, good))
+
+
+def test_tokenized_captions_are_flat():
+    vocab = build_vocab(["a dog", "a cat runs ."], min_count=1)
+    tok = TokenizedCaptions.from_texts(["a dog", "A cat runs.", "a zebra"], vocab)
+    assert tok.ids.dtype == np.int32 and tok.offsets.dtype == np.int64
+    assert len(tok) == 3 and tok.lengths.tolist() == [4, 6, 4]
+    assert tok[1].tolist() == vocab.encode(["a", "cat", "runs", "."]).tolist()
+    assert tok[2].tolist()[2] == 3  # <unk>
+    assert tok.head(2).lengths.tolist() == [4, 6]
