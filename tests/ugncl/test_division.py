@@ -1,0 +1,194 @@
+"""Tests of ugncl.division: normalised uncertainty, four-way division, accumulation, quality."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ugncl.division import (
+    CLEAN,
+    HARD_CLEAN,
+    HARD_NOISY,
+    NOISY,
+    UNVISITED,
+    DivisionAccumulator,
+    DivisionResult,
+    batch_opinions,
+    divide_batch,
+    divide_dataset,
+    division_quality,
+    floor_uncertainty,
+)
+
+FLOOR = -1e4  # softplus(-1e4) = 0 in float32: evidence exactly 1 ("keep") or 0 ("subtract")
+TAU = 0.1
+
+
+def raw_for_evidence(e: float) -> float:
+    """Inverse of e = exp(softplus(r)/tau): r = log(expm1(tau * log e))."""
+    return math.log(math.expm1(TAU * math.log(e)))
+
+
+@pytest.mark.parametrize("K", [2, 4, 7])
+def test_floor_uncertainty_closed_forms(K):
+    """All bidirectional floor evidence is 1 + 1 = 2 ("keep"). Per view alpha = 3, S = 3K,
+    u = 1/3. DST in evidence form (e <- e + e_w + e e_w / K) and 1/u = 1 + sum(e)/K = 1 + e
+    give W=2: e = 4 + 4/K, u = 1/(5 + 4/K); W=3: e = 6 + 12/K + 8/K^2. "subtract": e = 0,
+    u = 1 for every W."""
+    assert floor_uncertainty(K, 1).item() == pytest.approx(1 / 3)
+    assert floor_uncertainty(K, 2).item() == pytest.approx(1 / (5 + 4 / K))
+    assert floor_uncertainty(K, 3).item() == pytest.approx(1 / (7 + 12 / K + 8 / K**2))
+    for W in (1, 2, 3):
+        assert floor_uncertainty(K, W, "subtract").item() == 1.0
+
+
+@pytest.mark.parametrize("floor", ["keep", "subtract"])
+@pytest.mark.parametrize("W", [1, 2, 3])
+def test_normalised_uncertainty_exactly_one_at_floor(W, floor):
+    """Every score at the floor: the same pipeline as u_floor, so u_bar == 1 bit for bit; all
+    pairs are hard (u_bar >= p) and, with projected probability 1/K ("keep") or 0 (no
+    evidence, "subtract"), hard-noisy."""
+    div = divide_batch(torch.full((W, 5, 5), FLOOR), floor=floor)
+    assert (div.u_bar == 1.0).all()
+    assert (div.sets == HARD_NOISY).all()
+
+
+@pytest.mark.parametrize("W", [1, 2, 3])
+def test_normalised_uncertainty_falls_with_dominant_diagonal(W):
+    """Diagonal score s, everything else at the floor: more diagonal evidence lowers u_bar
+    strictly; at s = 4 (log e = 40.2) it is below 1e-12 and every pair is determined clean."""
+    values = []
+    for s in (-2.0, 0.0, 1.0, 2.0, 4.0):
+        raw = torch.full((W, 6, 6), FLOOR)
+        raw[:, torch.arange(6), torch.arange(6)] = s
+        div = divide_batch(raw)
+        assert torch.allclose(div.u_bar, div.u_bar[0].expand(6))  # symmetric batch
+        values.append(div.u_bar[0].item())
+    assert all(a > b for a, b in itertools.pairwise(values))
+    assert values[0] <= 1.0 and values[-1] < 1e-12
+    assert (div.sets == CLEAN).all() and (div.soft_label == 1.0).all()
+
+
+def test_u_bar_never_exceeds_one():
+    """In evidence form fused 1/u = 1 + sum(e)/K is increasing in every evidence, so any
+    batch has u <= u_floor. Random batches, W = 1..3, scores from -6 to 6."""
+    g = torch.Generator().manual_seed(0)
+    for W in (1, 2, 3):
+        raw = torch.randn(20, W, 8, 8, generator=g) * 3 - 3
+        for r in raw:
+            div = divide_batch(r)
+            assert (div.u_bar > 0).all() and (div.u_bar <= 1).all()
+
+
+def hand_batch() -> torch.Tensor:
+    """4 x 4 batch (W = 1) with one pair of each set.
+
+    Evidence matrix e (rows images, columns captions), floor 1 unless listed:
+    e[0,0] = exp(30.49) (raw 3), e[1,0] = exp(21.27) (raw 2), e[2,2] = 4.
+    Bidirectional evidence e_i[k] = e[i,k] + e[k,i]:
+    pair 0: [2 e00, 1 + e10, 2, 2] -> argmax 0, u ~ 1e-13: CLEAN, label 1.
+    pair 1: [e10 + 1, 2, 2, 2] -> argmax 0 != 1, u ~ 1e-9: NOISY, label 0.
+    pair 2: [2, 2, 8, 2]: sum 14, S = 18, u = 4/18, u_floor = 1/3, u_bar = 2/3 >= 0.5: hard;
+            projected = 8/14 = 4/7 > 0.5: HARD_CLEAN, label 4/7.
+    pair 3: [2, 2, 2, 2]: u_bar = 1, projected 1/4: HARD_NOISY, label 1/4.
+    """
+    raw = torch.full((1, 4, 4), FLOOR)
+    raw[0, 0, 0] = 3.0
+    raw[0, 1, 0] = 2.0
+    raw[0, 2, 2] = raw_for_evidence(4.0)
+    return raw
+
+
+def test_divide_hand_built_batch():
+    div = divide_batch(hand_batch(), tau=TAU)
+    assert div.sets.tolist() == [CLEAN, NOISY, HARD_CLEAN, HARD_NOISY]
+    assert div.sets.dtype == torch.long
+    assert div.belief_argmax.tolist() == [0, 0, 2, 0]
+    assert div.u_bar[0].item() < 1e-9 and div.u_bar[1].item() < 1e-6
+    assert div.u_bar[2].item() == pytest.approx(2 / 3, rel=1e-5)
+    assert div.u_bar[3].item() == 1.0
+    assert div.projected[2].item() == pytest.approx(4 / 7, rel=1e-5)
+    assert div.soft_label.tolist() == pytest.approx([1.0, 0.0, 4 / 7, 1 / 4], rel=1e-5)
+
+
+def test_divide_batch_thresholds_and_no_grad():
+    """p = 0.7 > 2/3 makes pair 2 determined (clean, argmax 2); epsilon = 0.6 > 4/7 turns the
+    hard-clean pair hard-noisy. The division never tracks gradients."""
+    raw = hand_batch().requires_grad_(True)
+    assert divide_batch(raw, p=0.7).sets[2].item() == CLEAN
+    assert divide_batch(raw, epsilon=0.6).sets[2].item() == HARD_NOISY
+    assert not divide_batch(raw).u.requires_grad
+    b, u = batch_opinions(hand_batch())
+    torch.testing.assert_close(b.sum(-1) + u, torch.ones(4))
+    with pytest.raises(ValueError, match=r"\(W, K, K\)"):
+        divide_batch(torch.zeros(4, 4))
+
+
+def test_accumulator_result_lookup_and_state_roundtrip():
+    acc = DivisionAccumulator(10)
+    div = divide_batch(hand_batch())
+    acc.add(torch.tensor([3, 7, 1, 0]), div)
+    acc.add(torch.tensor([9, 2, 5, 6]), div)
+    res = acc.result()
+    expected_sets = np.full(10, UNVISITED, dtype=np.int8)
+    expected_sets[[3, 7, 1, 0]] = [0, 1, 2, 3]
+    expected_sets[[9, 2, 5, 6]] = [0, 1, 2, 3]
+    assert res.sets.dtype == np.int8 and res.u_bar.dtype == np.float32
+    np.testing.assert_array_equal(res.sets, expected_sets)
+    assert np.isnan(res.u_bar[[4, 8]]).all() and np.isnan(res.soft_label[[4, 8]]).all()
+    assert res.counts() == {
+        "clean": 2, "noisy": 2, "hard_clean": 2, "hard_noisy": 2, "unvisited": 2
+    }  # fmt: skip
+    sets, soft, _u_bar = res.lookup(torch.tensor([1, 9]))
+    assert sets.tolist() == [HARD_CLEAN, CLEAN] and sets.dtype == torch.long
+    assert soft.tolist() == pytest.approx([4 / 7, 1.0], rel=1e-5)
+    with pytest.raises(ValueError, match="not covered"):
+        res.lookup(torch.tensor([4]))
+    buf = io.BytesIO()
+    torch.save({"division": res.to_state()}, buf)
+    buf.seek(0)
+    back = DivisionResult.from_state(torch.load(buf, weights_only=True)["division"])
+    for name in ("u", "u_bar", "soft_label", "sets"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(res, name))
+    with pytest.raises(ValueError, match="out of range"):
+        acc.add(torch.tensor([0, 1, 2, 10]), div)
+    with pytest.raises(ValueError, match="lacks keys"):
+        DivisionResult.from_state({"sets": res.sets})
+
+
+def test_divide_dataset_matches_accumulator():
+    raw = hand_batch()
+    res = divide_dataset([(torch.tensor([4, 5, 6, 7]), raw), (torch.tensor([0, 1, 2, 3]), raw)], 8)
+    assert res.sets.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_division_quality_hand_values():
+    """sets [C, N, HC, HN, N, unvisited], clean [T, F, T, F, T, F]; the unvisited sample is
+    ignored. Predicted noisy = {1, 3, 4}, truly noisy = {1, 3}: precision 2/3, recall 1,
+    F1 = 2 (2/3)(1) / (5/3) = 0.8. Clean shares: S_C 1/1, S_N 1/2 (sample 4), S_H^C 1/1,
+    S_H^N 0/1."""
+    sets = np.array([CLEAN, NOISY, HARD_CLEAN, HARD_NOISY, NOISY, UNVISITED])
+    clean = np.array([True, False, True, False, True, False])
+    q = division_quality(sets, clean)
+    assert (q["n_clean"], q["n_noisy"], q["n_hard_clean"], q["n_hard_noisy"]) == (1, 2, 1, 1)
+    assert q["noisy_precision"] == pytest.approx(2 / 3)
+    assert q["noisy_recall"] == 1.0
+    assert q["noisy_f1"] == pytest.approx(0.8)
+    assert q["clean_share_clean"] == 1.0 and q["clean_share_noisy"] == 0.5
+    assert q["clean_share_hard_clean"] == 1.0 and q["clean_share_hard_noisy"] == 0.0
+
+
+def test_division_quality_empty_sets_are_nan_free():
+    """All pairs clean and determined clean: no noisy predictions or noisy pairs, so
+    precision = recall = F1 = 0/0 := 0.0; empty sets have clean share None."""
+    q = division_quality(torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.bool))
+    assert q["noisy_precision"] == q["noisy_recall"] == q["noisy_f1"] == 0.0
+    assert q["clean_share_clean"] == 1.0
+    assert q["clean_share_noisy"] is None and q["clean_share_hard_noisy"] is None
+    with pytest.raises(ValueError, match="same length"):
+        division_quality(np.zeros(3), np.ones(2, dtype=bool))
