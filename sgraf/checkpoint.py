@@ -1,0 +1,363 @@
+"""This package's model file, and loading of the released SGRAF / NCR / UGNCL checkpoints.
+
+Model file (also the core of trainer checkpoints): a plain dict
+``{"version": 1, "model": state_dict, "model_config": SGRAF kwargs, **extra}`` that loads
+with ``torch.load(weights_only=True)``.
+
+Released containers (reference_implementations.md sections 4.7, 5.3, 6.8), each holding
+lists ``[img_enc, txt_enc, sim_enc]`` of state dicts and a pickled ``argparse.Namespace``
+``opt``:
+
+* SGRAF ``{epoch, model, best_rsum, opt, Eiters}``, image projection ``fc``;
+* NCR ``{epoch, model_A, model_B, best_rsum, opt}`` (two co-trained networks);
+* UGNCL ``{opt, epoch, best_rsum, model}`` with two image projections ``fc1``/``fc2``,
+  which become views 0 and 1.
+
+They are read with ``weights_only=True`` and an allow-list (``argparse.Namespace`` and numpy
+scalar types), never with a blanket ``weights_only=False``. The architecture is inferred from
+the tensor shapes; key mismatches are listed in the error. SGRAF and NCR apply a sigmoid to
+the score in their own code; this package returns the raw score (same ranking).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from sgraf.model import SGRAF
+
+FORMAT_VERSION = 1
+_SIM_RENAMES = (("SGR_module.", "sgr.steps."), ("SAF_module.", "saf."))
+_IMG_KEY = re.compile(r"^fc(\d*)\.(weight|bias)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file has an unexpected layout, keys or shapes."""
+
+
+def _safe_globals() -> list:
+    allowed: list = [argparse.Namespace, np.dtype]
+    core = getattr(np, "_core", None) or np.core
+    allowed.append(core.multiarray.scalar)
+    allowed.extend(
+        type(np.dtype(name)) for name in ("float64", "float32", "int64", "int32", "bool")
+    )
+    return allowed
+
+
+def _torch_load(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path} (check the path)")
+    try:
+        with torch.serialization.safe_globals(_safe_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # unpickling errors come in several types
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+        except Exception:
+            unsafe = []
+        raise CheckpointError(
+            f"cannot read {path} with torch.load(weights_only=True) and the allow-list "
+            f"(argparse.Namespace, numpy scalars): {err}; globals outside the allow-list: "
+            f"{unsafe or 'none found'}. Only if you trust the file, re-save it as a plain dict."
+        ) from err
+
+
+def _plain(value: Any) -> Any:
+    """Convert to JSON-like plain types (for opt and info)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, argparse.Namespace):
+        return _plain(vars(value))
+    return str(value)
+
+
+# ----------------------------------------------------------------------------------------
+# This package's model file
+# ----------------------------------------------------------------------------------------
+def build_model_from_config(model_config: dict) -> SGRAF:
+    """Build an ``SGRAF`` from its stored constructor kwargs; unknown keys are an error."""
+    import inspect
+
+    params = inspect.signature(SGRAF.__init__).parameters
+    known = set(params) - {"self"}
+    unknown = sorted(set(model_config) - known)
+    if unknown:
+        raise CheckpointError(
+            f"model_config has unknown keys {unknown}; known keys: {sorted(known)}"
+        )
+    if "vocab_size" not in model_config:
+        raise CheckpointError("model_config lacks the required key 'vocab_size'")
+    return SGRAF(**model_config)
+
+
+def save_model_file(
+    path: str | os.PathLike, state_dict: dict[str, Tensor], model_config: dict, **extra: Any
+) -> None:
+    """Write ``{"version": 1, "model", "model_config", **extra}`` atomically.
+
+    The file is written next to ``path`` and moved into place with ``os.replace``, so a
+    crash never leaves a truncated checkpoint. ``extra`` must hold plain types/tensors.
+    """
+    clash = sorted({"version", "model", "model_config"} & set(extra))
+    if clash:
+        raise ValueError(f"extra keys {clash} are reserved by the model file format")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "version": FORMAT_VERSION,
+        "model": {k: v.detach().to("cpu") for k, v in state_dict.items()},
+        "model_config": dict(model_config),
+        **extra,
+    }
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_model_file(path: str | os.PathLike) -> dict:
+    """Read a model file written by ``save_model_file`` (or a trainer checkpoint)."""
+    path = Path(path)
+    payload = _torch_load(path)
+    if not isinstance(payload, dict) or "model_config" not in payload or "model" not in payload:
+        raise CheckpointError(
+            f"{path} is not a model file of this package (expected a dict with 'version', "
+            "'model', 'model_config'); for released SGRAF/NCR/UGNCL files use "
+            "load_released_checkpoint or tools/convert_checkpoint.py"
+        )
+    if payload.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has model-file version {payload.get('version')!r}; this package reads "
+            f"version {FORMAT_VERSION}"
+        )
+    return payload
+
+
+def load_model(path: str | os.PathLike, *, which: str | None = None) -> SGRAF:
+    """Build and load a model from this package's file or any released container."""
+    state, config, _ = load_released_checkpoint(path, which=which)
+    model = build_model_from_config(config)
+    model.load_state_dict(state)
+    return model
+
+
+# ----------------------------------------------------------------------------------------
+# Released containers
+# ----------------------------------------------------------------------------------------
+def load_released_checkpoint(
+    path: str | os.PathLike, *, which: str | None = None
+) -> tuple[dict[str, Tensor], dict, dict]:
+    """Load a released SGRAF, NCR or UGNCL checkpoint (or this package's model file).
+
+    Args:
+        path: the ``.pth.tar`` file.
+        which: NCR only: ``"model_A"`` (default) or ``"model_B"``, the two co-trained
+            networks; NCR's own evaluation averages their scores.
+
+    Returns:
+        ``(state_dict, model_config, info)``: the state dict in this package's keys, the
+        ``SGRAF`` kwargs inferred from tensor shapes, and plain-typed info (``format``,
+        ``which``, ``epoch``, ``best_rsum``, ``Eiters``, ``opt`` as a dict,
+        ``released_score``: "sigmoid" or "raw").
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: unreadable file, unknown container, or keys/shapes that do not
+            form an SGRAF model (the error lists missing and unexpected keys).
+    """
+    path = Path(path)
+    ckpt = _torch_load(path)
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path}: expected a dict container, got {type(ckpt).__name__}")
+    if "model_config" in ckpt and isinstance(ckpt.get("model"), dict):
+        if which is not None:
+            raise CheckpointError(f"{path}: which={which!r} applies to NCR containers only")
+        payload = load_model_file(path)
+        _check_against_model(path, payload["model"], payload["model_config"], {})
+        info = {k: _plain(v) for k, v in payload.items() if k not in ("model", "model_config")}
+        info["format"] = "sgraf-package"
+        return payload["model"], dict(payload["model_config"]), info
+    if "model_A" in ckpt or "model_B" in ckpt:
+        fmt = "ncr"
+        which = which or "model_A"
+        if which not in ("model_A", "model_B"):
+            raise CheckpointError(f"{path}: which must be 'model_A' or 'model_B', got {which!r}")
+        if which not in ckpt:
+            raise CheckpointError(f"{path}: NCR container has no {which!r}; keys {sorted(ckpt)}")
+        parts = ckpt[which]
+    elif "model" in ckpt:
+        if which is not None:
+            raise CheckpointError(f"{path}: which={which!r} applies to NCR containers only")
+        parts = ckpt["model"]
+        fmt = None
+    else:
+        raise CheckpointError(
+            f"{path}: unknown container with top-level keys {sorted(map(str, ckpt))}; expected "
+            "SGRAF {epoch, model, best_rsum, opt, Eiters}, NCR {epoch, model_A, model_B, "
+            "best_rsum, opt} or UGNCL {opt, epoch, best_rsum, model}"
+        )
+    if not (isinstance(parts, (list, tuple)) and len(parts) == 3):
+        raise CheckpointError(
+            f"{path}: expected a list of 3 state dicts [img_enc, txt_enc, sim_enc], got "
+            f"{type(parts).__name__} of length {len(parts) if hasattr(parts, '__len__') else '?'}"
+        )
+    state, origin = _convert_parts(path, parts)
+    if fmt is None:
+        fmt = "ugncl" if any(k.startswith("fc1.") for k in parts[0]) else "sgraf"
+    config = _infer_config(path, state, origin)
+    _check_against_model(path, state, config, origin)
+    info = {
+        "format": fmt,
+        "source": str(path),
+        "which": which if fmt == "ncr" else None,
+        "epoch": _plain(ckpt.get("epoch")),
+        "best_rsum": _plain(ckpt.get("best_rsum")),
+        "Eiters": _plain(ckpt.get("Eiters")),
+        "opt": _plain(ckpt.get("opt")),
+        "released_score": "raw" if fmt == "ugncl" else "sigmoid",
+    }
+    return state, config, info
+
+
+def _convert_parts(path: Path, parts) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Rename released keys; returns the state dict and new-key -> released-key labels."""
+    names = ("img_enc", "txt_enc", "sim_enc")
+    state: dict[str, Tensor] = {}
+    origin: dict[str, str] = {}
+    img_style = {m.group(1) for k in parts[0] if (m := _IMG_KEY.match(k))}
+    if "" in img_style and len(img_style) > 1:
+        raise CheckpointError(
+            f"{path}: image encoder has both 'fc.*' and numbered 'fcN.*' projections: "
+            f"{sorted(parts[0])}"
+        )
+    for part, name in zip(parts, names):
+        if not isinstance(part, dict):
+            raise CheckpointError(f"{path}: {name} entry is a {type(part).__name__}, not a dict")
+        for key, value in part.items():
+            label = f"{name}[{key}]"
+            new = key
+            if name == "img_enc" and (m := _IMG_KEY.match(key)):
+                view = int(m.group(1)) - 1 if m.group(1) else 0
+                new = f"fc.{view}.{m.group(2)}"
+            elif name == "sim_enc":
+                for old, repl in _SIM_RENAMES:
+                    if key.startswith(old):
+                        new = repl + key[len(old) :]
+            state[f"{name}.{new}"] = value
+            origin[f"{name}.{new}"] = label
+    return state, origin
+
+
+def _infer_config(path: Path, state: dict[str, Tensor], origin: dict[str, str]) -> dict:
+    required = {
+        "txt_enc.embed.weight": "txt_enc[embed.weight]",
+        "txt_enc.cap_rnn.weight_hh_l0": "txt_enc[cap_rnn.weight_hh_l0]",
+        "img_enc.fc.0.weight": "img_enc[fc.weight] or img_enc[fc1.weight]",
+        "sim_enc.sim_tranloc_w.weight": "sim_enc[sim_tranloc_w.weight]",
+        "sim_enc.v_global_w.embedding_local.1.weight": (
+            "sim_enc[v_global_w.embedding_local.1.weight]"
+        ),
+    }
+    missing = [label for key, label in required.items() if key not in state]
+    steps = {int(k.split(".")[3]) for k in state if k.startswith("sim_enc.sgr.steps.")}
+    has_saf = any(k.startswith("sim_enc.saf.") for k in state)
+    if steps and has_saf:
+        raise CheckpointError(f"{path}: sim_enc holds both SGR_module and SAF_module keys")
+    if not steps and not has_saf:
+        missing.append("sim_enc[SGR_module.*] or sim_enc[SAF_module.*]")
+    if missing:
+        raise _key_error(path, missing, [])
+    vocab, word_dim = state["txt_enc.embed.weight"].shape
+    views = {int(k.split(".")[2]) for k in state if k.startswith("img_enc.fc.")}
+    return {
+        "vocab_size": int(vocab),
+        "word_dim": int(word_dim),
+        "img_dim": int(state["img_enc.fc.0.weight"].shape[1]),
+        "embed_dim": int(state["txt_enc.cap_rnn.weight_hh_l0"].shape[1]),
+        "sim_dim": int(state["sim_enc.sim_tranloc_w.weight"].shape[0]),
+        "num_regions": int(state["sim_enc.v_global_w.embedding_local.1.weight"].shape[0]),
+        "num_views": max(views) + 1,
+        "head": "sgr" if steps else "saf",
+        "sgr_steps": max(steps) + 1 if steps else 3,
+        "bi_gru": "txt_enc.cap_rnn.weight_hh_l0_reverse" in state,
+    }
+
+
+def _key_error(path: Path, missing: list[str], unexpected: list[str], shapes=()) -> CheckpointError:
+    lines = [f"{path}: the state dicts do not form an SGRAF model."]
+    if missing:
+        lines.append(f"missing keys ({len(missing)}): {missing}")
+    if unexpected:
+        lines.append(f"unexpected keys ({len(unexpected)}): {unexpected}")
+    if shapes:
+        lines.append(f"shape mismatches: {list(shapes)}")
+    lines.append("Keys are listed as part[released key]; check the file is an SGRAF-family model.")
+    return CheckpointError(" ".join(lines))
+
+
+def _check_against_model(
+    path: Path, state: dict[str, Tensor], config: dict, origin: dict[str, str]
+) -> None:
+    """Strict comparison with a model built from ``config``. Released files from torch
+    0.4.0 lack BatchNorm ``num_batches_tracked``; those (only) are filled with 0."""
+    reference = build_model_from_config(config).state_dict()
+    for key in reference:
+        if key.endswith("num_batches_tracked") and key not in state:
+            state[key] = torch.zeros((), dtype=torch.long)
+    missing = [k for k in reference if k not in state]
+    unexpected = [origin.get(k, k) for k in state if k not in reference]
+    shapes = [
+        f"{origin.get(k, k)}: {tuple(state[k].shape)} vs expected {tuple(v.shape)}"
+        for k, v in reference.items()
+        if k in state and tuple(state[k].shape) != tuple(v.shape)
+    ]
+    if missing or unexpected or shapes:
+        inverse = _released_name
+        raise _key_error(path, [inverse(k) for k in missing], unexpected, shapes)
+
+
+def _released_name(key: str) -> str:
+    """Best-effort released label for one of this package's keys (for error messages)."""
+    part, _, rest = key.partition(".")
+    if part == "img_enc" and (m := re.match(r"fc\.(\d+)\.(.*)", rest)):
+        return f"img_enc[fc{int(m.group(1)) + 1}.{m.group(2)} or fc.{m.group(2)}]"
+    for old, new in _SIM_RENAMES:
+        if rest.startswith(new):
+            rest = old + rest[len(new) :]
+    return f"{part}[{rest}]"
+
+
+def to_released_parts(model: SGRAF) -> list[dict[str, Tensor]]:
+    """This package's state dict as a released-style list ``[img, txt, sim]`` (SGRAF/NCR
+    naming ``fc`` for one view, UGNCL naming ``fc1``, ``fc2`` for several)."""
+    state = model.state_dict()
+    parts: list[dict[str, Tensor]] = [{}, {}, {}]
+    index = {"img_enc": 0, "txt_enc": 1, "sim_enc": 2}
+    for key, value in state.items():
+        part, _, rest = key.partition(".")
+        if part == "img_enc":
+            view, _, leaf = rest[len("fc.") :].partition(".")
+            rest = f"fc.{leaf}" if model.num_views == 1 else f"fc{int(view) + 1}.{leaf}"
+        else:
+            for old, new in _SIM_RENAMES:
+                if rest.startswith(new):
+                    rest = old + rest[len(new) :]
+        parts[index[part]][rest] = value
+    return parts

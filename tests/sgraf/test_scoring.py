@@ -1,0 +1,140 @@
+"""Batched all-pairs scoring against the released per-caption loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sgraf.model import score_all_pairs
+from tests.sgraf.conftest import make_batch, make_model
+
+
+def _encoded(model, **kw):
+    images, captions, lengths = make_batch(**kw)
+    return model.encode_images(images), model.encode_captions(captions, lengths), lengths
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+@pytest.mark.parametrize("views", [1, 2])
+def test_batched_equals_per_caption_loop_float64(head, views, reference_scores):
+    model = make_model(head, views).eval()
+    with torch.no_grad():
+        img, cap, lengths = _encoded(model)
+        expected = reference_scores(model, img, cap, lengths)
+        got = model.score(img, cap, lengths)
+        tiled = model.score(img, cap, lengths, memory_budget_bytes=1)  # one pair per block
+    assert got.shape == (views, 5, 6)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
+    torch.testing.assert_close(tiled, expected, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_float32_matches_loop_and_score_all_pairs(head, reference_scores):
+    model = make_model(head, 2, dtype=torch.float32).eval()
+    with torch.no_grad():
+        img, cap, lengths = _encoded(model, dtype=torch.float32)
+        expected = reference_scores(model, img, cap, lengths)
+    model.train()
+    out = score_all_pairs(model, img, cap, lengths, memory_budget_bytes=4000)
+    assert model.training, "score_all_pairs must restore the training flag"
+    assert out.dtype == torch.float32 and out.shape == (2, 5, 6)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
+    reduced = score_all_pairs(model, img, cap, lengths, view_reduce=lambda s: s.mean(0))
+    torch.testing.assert_close(reduced, expected.mean(0), rtol=0, atol=1e-5)
+
+
+def test_saf_training_mode_matches_loop_including_running_stats(reference_scores):
+    """SAF's BatchNorm1d(1) sees one batch per (view, caption) in the released loop."""
+    model = make_model("saf", 2, sa_dropout=0.0, word_dropout=0.0).train()
+    twin = make_model("saf", 2, sa_dropout=0.0, word_dropout=0.0).train()
+    images, captions, lengths = make_batch()
+    img, cap = model.encode_images(images), model.encode_captions(captions, lengths)
+    got = model.score(img, cap, lengths, memory_budget_bytes=30_000)
+    expected = reference_scores(twin, img.detach(), cap.detach(), lengths)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(
+            getattr(model.sim_enc.saf.bn, name), getattr(twin.sim_enc.saf.bn, name)
+        )
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_padding_invariance(head):
+    model = make_model(head).eval()
+    images, captions, lengths = make_batch()
+    wide = torch.cat([captions, torch.randint(4, 30, (captions.shape[0], 5))], dim=1)
+    with torch.no_grad():
+        base = model(images, captions, lengths)
+        padded = model(images, wide, lengths)
+        # Garbage beyond the length in already-encoded features is ignored too.
+        cap = model.encode_captions(captions, lengths)
+        pad = torch.arange(cap.shape[1])[None, :, None] >= lengths[:, None, None]
+        noisy = cap + torch.randn_like(cap) * pad
+        img = model.encode_images(images)
+        torch.testing.assert_close(model.score(img, noisy, lengths), base, rtol=0, atol=1e-12)
+    torch.testing.assert_close(padded, base, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_every_parameter_gets_a_gradient(head):
+    model = make_model(head, 2).train()
+    images, captions, lengths = make_batch()
+    scores = model(images, captions, lengths)
+    (scores.sigmoid().sum() + scores.tanh().square().sum()).backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None, name
+        assert torch.isfinite(param.grad).all(), name
+        # These biases only shift logits along their softmax axis, which cancels exactly
+        # (the same holds in the released code).
+        if not name.endswith(("graph_key_w.bias", "embedding_common.0.bias")):
+            assert param.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_no_nan_for_zero_regions_and_single_word_captions(head):
+    model = make_model(head, 2).train()
+    images, captions, lengths = make_batch()
+    images[0] = 0
+    lengths = torch.ones_like(lengths)
+    scores = model(images, captions, lengths)
+    scores.sum().backward()
+    assert torch.isfinite(scores).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(images, captions, lengths)).all()
+
+
+def test_views_give_different_scores():
+    model = make_model("sgr", 3).eval()
+    with torch.no_grad():
+        scores = model(*make_batch())
+    assert scores.shape == (3, 5, 6)
+    assert (scores[0] - scores[1]).abs().max() > 1e-6
+    assert (scores[1] - scores[2]).abs().max() > 1e-6
+
+
+def test_region_count_mismatch_names_both_numbers():
+    model = make_model()
+    images = torch.randn(3, 7, 10, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"7 regions.*num_regions=4"):
+        model.encode_images(images)
+    img = torch.randn(1, 3, 7, 12, dtype=torch.float64)
+    with pytest.raises(ValueError, match="num_regions=4"):
+        model.score(img, torch.randn(2, 3, 12, dtype=torch.float64), torch.tensor([3, 2]))
+
+
+def test_single_image_training_batch_is_a_clear_error():
+    model = make_model().train()
+    images, captions, lengths = make_batch(n_img=1, n_cap=1)
+    with pytest.raises(ValueError, match="at least 2 images"):
+        model(images, captions, lengths)
+    model.eval()
+    assert model(images, captions, lengths).shape == (1, 1, 1)
+
+
+def test_empty_caption_is_rejected_for_scoring():
+    model = make_model().eval()
+    img = model.encode_images(make_batch()[0])
+    with pytest.raises(ValueError, match="length"):
+        model.score(img, torch.zeros(2, 3, 12, dtype=torch.float64), torch.tensor([0, 2]))

@@ -1,0 +1,293 @@
+"""Benchmarks for the sgraf package.
+
+``python tools/bench.py scoring [--json] [--device cpu|cuda] [--quick] [--mode fp32|tf32|bf16]``
+
+Measures pairs scored per second by the batched scorer (``sgraf.model.score_all_pairs``)
+against ``reference_scores``, a straightforward per-caption loop kept here as the reference
+algorithm (the way the released SGRAF code computes it: for each caption, repeat it over the
+images, SCAN attention, alignment vectors, then SGR with separate query/key projections or
+SAF), using the same weights. Prints pairs/s of both, the speed ratio, the maximum absolute
+score difference and the peak memory of the batched run.
+
+Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` (tensors only, allocator view);
+on CPU the increase of the process's peak resident set size (``VmHWM`` in
+``/proc/self/status``, reset through ``/proc/self/clear_refs`` before the run where the
+kernel allows it, otherwise the ``ru_maxrss`` delta, which reads 0 when an earlier phase
+already peaked higher).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sgraf.functional import l1norm, l2norm
+from sgraf.model import SGRAF, score_all_pairs
+
+
+# ----------------------------------------------------------------------------------------
+# Reference algorithm: the released per-caption loop, written out from the equations.
+# ----------------------------------------------------------------------------------------
+def _reference_scan(query: Tensor, context: Tensor, smooth: float) -> Tensor:
+    """(n, L, E) words, (n, R, E) regions -> (n, L, E) attended context (released layout)."""
+    attn = torch.bmm(context, query.transpose(1, 2))  # (n, R, L)
+    attn = l2norm(F.leaky_relu(attn, 0.1), dim=2)  # over words
+    attn = torch.softmax(attn.transpose(1, 2) * smooth, dim=2)  # over regions
+    weighted = torch.bmm(context.transpose(1, 2), attn.transpose(1, 2)).transpose(1, 2)
+    return l2norm(weighted, dim=-1)
+
+
+def _reference_global(module, local: Tensor) -> Tensor:
+    """VisualSA/TextSA on unpadded input: (n, K, E) -> (n, E)."""
+    l_emb = module.embedding_local(local)
+    g_emb = module.embedding_global(local.mean(dim=1))
+    weights = module.embedding_common(l_emb * g_emb.unsqueeze(1)).squeeze(2)
+    weights = torch.softmax(weights, dim=1)
+    return l2norm((weights.unsqueeze(2) * local).sum(dim=1), dim=-1)
+
+
+def _reference_view(head, img: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
+    n_image = img.shape[0]
+    img_glo = _reference_global(head.v_global_w, img)
+    sims = []
+    for i in range(cap_emb.shape[0]):
+        n_word = int(lengths[i])
+        cap_i = cap_emb[i, :n_word].unsqueeze(0)
+        cap_i_expand = cap_i.repeat(n_image, 1, 1)
+        cap_glo_i = _reference_global(head.t_global_w, cap_i)
+        context = _reference_scan(cap_i_expand, img, head.attn_smooth)
+        sim_loc = l2norm(head.sim_tranloc_w((context - cap_i_expand).pow(2)), dim=-1)
+        sim_glo = l2norm(head.sim_tranglo_w((img_glo - cap_glo_i).pow(2)), dim=-1)
+        sim_emb = torch.cat([sim_glo.unsqueeze(1), sim_loc], dim=1)
+        if head.head == "sgr":
+            for step in head.sgr.steps:
+                q = step.graph_query_w(sim_emb)
+                k = step.graph_key_w(sim_emb)
+                edge = torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
+                sim_emb = F.relu(step.sim_graph_w(torch.bmm(edge, sim_emb)))
+            sim_vec = sim_emb[:, 0, :]
+        else:
+            gate = head.saf.attn_sim_w(sim_emb).permute(0, 2, 1)
+            attn = l1norm(torch.sigmoid(head.saf.bn(gate)), dim=-1)
+            sim_vec = l2norm(torch.matmul(attn, sim_emb).squeeze(1), dim=-1)
+        sims.append(head.sim_eval_w(sim_vec))
+    return torch.cat(sims, dim=1)
+
+
+def reference_scores(model: SGRAF, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
+    """Per-caption loop over each view, as the released code: (W, n_img, n_cap) raw scores."""
+    return torch.stack([_reference_view(model.sim_enc, v, cap_emb, lengths) for v in img_emb])
+
+
+# ----------------------------------------------------------------------------------------
+# Measurement helpers
+# ----------------------------------------------------------------------------------------
+def _random_embeddings(n_img, n_cap, *, regions, dim, min_len, max_len, device, seed):
+    gen = torch.Generator().manual_seed(seed)
+    img = l2norm(torch.randn(1, n_img, regions, dim, generator=gen), dim=-1)
+    lengths = torch.randint(min_len, max_len + 1, (n_cap,), generator=gen)
+    cap = l2norm(torch.randn(n_cap, max_len, dim, generator=gen), dim=-1)
+    cap = cap * (torch.arange(max_len) < lengths[:, None]).unsqueeze(-1)
+    return img.to(device), cap.to(device), lengths
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device):
+    _sync(device)
+    start = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return out, time.perf_counter() - start
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _measure_peak(fn, device):
+    """Run fn; return (result, seconds, peak bytes, what was measured)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        out, secs = _timed(fn, device)
+        peak = torch.cuda.max_memory_allocated(device) - base
+        return out, secs, peak, "cuda max_memory_allocated minus allocated before the run"
+    import resource
+
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        reset = True
+    except OSError:
+        reset = False
+    rss0 = _status_kib("VmRSS") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out, secs = _timed(fn, device)
+    hwm = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    what = (
+        "CPU peak RSS increase (VmHWM after reset via clear_refs minus VmRSS before)"
+        if reset
+        else "CPU ru_maxrss delta (0 if an earlier phase peaked higher)"
+    )
+    return out, secs, max(0, (hwm or 0) - (rss0 or 0)) * 1024, what
+
+
+def run_case(model, name, n_img, n_cap, *, ref_captions, device, mode, budget, seed=0):
+    """Time batched and reference scoring of one (n_img x n_cap) case."""
+    cfg = model.config
+    img, cap, lengths = _random_embeddings(
+        n_img,
+        n_cap,
+        regions=cfg["num_regions"],
+        dim=cfg["embed_dim"],
+        min_len=8,
+        max_len=16,
+        device=device,
+        seed=seed,
+    )
+
+    def batched():
+        if mode == "bf16":
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                return score_all_pairs(model, img, cap, lengths, memory_budget_bytes=budget)
+        return score_all_pairs(model, img, cap, lengths, memory_budget_bytes=budget)
+
+    with torch.no_grad():
+        fast, fast_s, peak, peak_what = _measure_peak(batched, device)
+        k = min(n_cap, ref_captions)
+        ref, ref_s = _timed(lambda: reference_scores(model, img, cap[:k], lengths[:k]), device)
+    diff = (fast[..., :k] - ref.float().cpu()).abs().max().item()
+    fast_pps = n_img * n_cap / fast_s
+    ref_pps = n_img * k / ref_s
+    return {
+        "case": name,
+        "head": cfg["head"],
+        "n_img": n_img,
+        "n_cap": n_cap,
+        "reference_captions": k,
+        "batched_seconds": round(fast_s, 4),
+        "reference_seconds": round(ref_s, 4),
+        "batched_pairs_per_s": round(fast_pps, 1),
+        "reference_pairs_per_s": round(ref_pps, 1),
+        "speedup": round(fast_pps / ref_pps, 3),
+        "max_abs_diff": diff,
+        "peak_memory_bytes": int(peak),
+        "peak_memory_measures": peak_what,
+    }
+
+
+def bench_scoring(args: argparse.Namespace) -> dict:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda requested but torch.cuda.is_available() is False")
+    if args.mode == "tf32" and device.type != "cuda":
+        raise SystemExit("--mode tf32 only applies to CUDA devices; use fp32 or bf16 on CPU")
+    if device.type == "cuda":
+        tf32 = args.mode == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    if args.quick:
+        batch, shard, ref_caps = (64, 64), (100, 500), 100
+    else:
+        batch, shard, ref_caps = (128, 128), (1000, 5000), 200
+    shard = (args.shard_images or shard[0], args.shard_captions or shard[1])
+    ref_caps = args.reference_captions or ref_caps
+    results = []
+    for head in args.heads.split(","):
+        torch.manual_seed(0)
+        model = SGRAF(100, embed_dim=1024, sim_dim=256, num_regions=36, head=head).to(device)
+        model.eval()
+        budget = args.memory_budget_mb * 2**20
+        # Warm-up (allocator, thread pools, kernels) on a small case.
+        run_case(
+            model, "warmup", 8, 8, ref_captions=8, device=device, mode=args.mode, budget=budget
+        )
+        results.append(
+            run_case(
+                model,
+                f"batch_{batch[0]}x{batch[1]}",
+                *batch,
+                ref_captions=batch[1],
+                device=device,
+                mode=args.mode,
+                budget=budget,
+            )
+        )
+        results.append(
+            run_case(
+                model,
+                f"shard_{shard[0]}x{shard[1]}",
+                *shard,
+                ref_captions=ref_caps,
+                device=device,
+                mode=args.mode,
+                budget=budget,
+            )
+        )
+    return {
+        "benchmark": "scoring",
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "mode": args.mode,
+        "memory_budget_mb": args.memory_budget_mb,
+        "sizes": "embed 1024, sim 256, 36 regions, captions 8-16 words (uniform)",
+        "note": "reference pairs/s is timed on the first `reference_captions` captions of a "
+        "case (the loop's cost per caption is constant); max_abs_diff is over those columns",
+        "results": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("scoring", help="batched vs per-caption SGRAF scoring")
+    p.add_argument("--json", action="store_true", help="print one JSON object only")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--quick", action="store_true", help="small sizes for a CPU smoke run")
+    p.add_argument("--mode", default="fp32", choices=["fp32", "tf32", "bf16"])
+    p.add_argument("--heads", default="sgr,saf")
+    p.add_argument("--shard-images", type=int, default=None)
+    p.add_argument("--shard-captions", type=int, default=None)
+    p.add_argument(
+        "--reference-captions",
+        type=int,
+        default=None,
+        help="captions of the shard case timed with the reference loop",
+    )
+    p.add_argument("--memory-budget-mb", type=int, default=512)
+    args = parser.parse_args(argv)
+    report = bench_scoring(args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for r in report["results"]:
+            print(
+                f"{r['head']:3s} {r['case']:16s} batched {r['batched_pairs_per_s']:>10.0f} pairs/s"
+                f"  reference {r['reference_pairs_per_s']:>10.0f} pairs/s  x{r['speedup']:.2f}"
+                f"  max|diff| {r['max_abs_diff']:.2e}"
+                f"  peak {r['peak_memory_bytes'] / 2**20:.0f} MiB"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

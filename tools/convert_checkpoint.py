@@ -1,0 +1,38 @@
+"""Convert a released SGRAF / NCR / UGNCL checkpoint into this package's model file.
+
+``python tools/convert_checkpoint.py SRC DST [--which model_A|model_B]``
+
+The output is ``{"version": 1, "model", "model_config", "source": info}`` (see
+``sgraf.checkpoint``), loadable with ``torch.load(weights_only=True)``. For NCR files the
+default is ``model_A``; convert ``model_B`` separately and average the two score matrices to
+reproduce NCR's evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sgraf.checkpoint import load_released_checkpoint, save_model_file
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("src", help="released .pth.tar file")
+    parser.add_argument("dst", help="output model file (.pt)")
+    parser.add_argument(
+        "--which", choices=["model_A", "model_B"], default=None, help="NCR network (default A)"
+    )
+    args = parser.parse_args(argv)
+    state, config, info = load_released_checkpoint(args.src, which=args.which)
+    save_model_file(args.dst, state, config, source=info)
+    print(json.dumps({"wrote": args.dst, "format": info["format"], "model_config": config}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
