@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ._io import atomic_open
 from .errors import DataFormatError, DataNotFoundError
 
 __all__ = [
@@ -125,12 +124,8 @@ def save_noise_index(path: str | Path, index: np.ndarray) -> None:
         raise ValueError(
             f"a noise index is a 1-D integer array, got shape {index.shape} dtype {index.dtype}"
         )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
+    with atomic_open(path, "wb") as f:
         np.save(f, index.astype(np.int64), allow_pickle=False)
-    os.replace(tmp, path)
 
 
 def load_noise_index(

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ._io import atomic_open
 from .errors import DataFormatError, DataNotFoundError
 from .tokenizer import tokenize_caption
 
@@ -61,12 +60,8 @@ class Vocabulary:
 
     def save(self, path: str | Path) -> None:
         """Write the SCAN JSON atomically (temp file + rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_json(), f, ensure_ascii=False)
-        os.replace(tmp, path)
 
 
 def _check_specials(word2idx: dict[str, int], where: str) -> None:

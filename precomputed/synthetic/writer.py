@@ -1,0 +1,141 @@
+"""Write the synthetic world in the SCAN/NCR layout (``<out>/synthetic_precomp/...``).
+
+Output of :func:`make_synthetic` (``out_dir`` defaults to ``data/synthetic``)::
+
+    <out>/synthetic_precomp/{train,dev,test}_ims.npy     (N, regions, feature_dim) float32
+    <out>/synthetic_precomp/{train,dev,test}_caps.txt    5 captions per image, in image order
+    <out>/synthetic_precomp/{train,dev,test}_scenes.jsonl one Scene per line (for rendering)
+    <out>/synthetic_precomp/noise_{ratio}_seed{noise_seed}.npy   NCR noise of the train split
+    <out>/synthetic_precomp/world.json                    the generator settings
+    <out>/synthetic_precomp_vocab.json                    SCAN vocabulary (all splits' words)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..noise import clean_image_index, make_caption_noise, noise_sha256, save_noise_index
+from ..vocab import build_vocab
+from .captions import caption_scene
+from .features import DirectionBank, plan_regions, render_features
+from .world import sample_scenes
+
+__all__ = ["DATASET_NAME", "make_synthetic", "noise_file_name"]
+
+DATASET_NAME = "synthetic_precomp"
+CAPTIONS_PER_IMAGE = 5
+_SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
+_CHUNK_IMAGES = 64
+
+
+def noise_file_name(ratio: float, seed: int) -> str:
+    """``noise_{ratio}_seed{seed}.npy`` (e.g. ``noise_0.2_seed0.npy``)."""
+    return f"noise_{float(ratio):g}_seed{seed}.npy"
+
+
+def _check_knob(name: str, value: float) -> float:
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return float(value)
+
+
+def _write_split(
+    folder: Path, split: str, num: int, bank: DirectionBank, *, seed: int, regions: int,
+    region_noise: float, sharing: float, partialness: float,
+) -> list[str]:  # fmt: skip
+    code = _SPLIT_CODES[split]
+    scenes = sample_scenes(np.random.default_rng([seed, code, 1]), num, sharing=sharing)
+    recipes = plan_regions(np.random.default_rng([seed, code, 2]), scenes, bank, regions)
+    cap_rng = np.random.default_rng([seed, code, 3])
+    captions = [
+        c for s in scenes for c in caption_scene(cap_rng, s, CAPTIONS_PER_IMAGE, partialness)
+    ]
+    dim = bank.table.shape[1]
+    out = np.lib.format.open_memmap(
+        folder / f"{split}_ims.npy", mode="w+", dtype=np.float32, shape=(num, regions, dim)
+    )
+    for chunk, start in enumerate(range(0, num, _CHUNK_IMAGES)):
+        stop = min(num, start + _CHUNK_IMAGES)
+        rng = np.random.default_rng([seed, code, 4, chunk])
+        out[start:stop] = render_features(recipes, bank, start, stop, rng, region_noise)
+    out.flush()
+    del out
+    (folder / f"{split}_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
+    with open(folder / f"{split}_scenes.jsonl", "w", encoding="utf-8") as f:
+        for s in scenes:
+            f.write(json.dumps(s.to_dict(), sort_keys=True) + "\n")
+    return captions
+
+
+def make_synthetic(
+    out_dir: str | Path = "data/synthetic",
+    *,
+    num_train: int = 2000,
+    num_dev: int = 250,
+    num_test: int = 250,
+    seed: int = 0,
+    regions: int = 36,
+    feature_dim: int = 2048,
+    region_noise: float = 1.0,
+    attribute_sharing: float = 0.5,
+    partialness: float = 0.5,
+    noise_ratios: tuple[float, ...] = (0.2, 0.5),
+    noise_seed: int = 0,
+) -> Path:
+    """Generate the synthetic world; deterministic given the arguments.
+
+    Args:
+        out_dir: data root; the dataset goes to ``<out_dir>/synthetic_precomp``.
+        num_train, num_dev, num_test: images per split (5 captions each).
+        seed: world seed (directions, scenes, captions, feature noise).
+        regions: regions per image (BUTD: 36).
+        feature_dim: region feature size (BUTD: 2048).
+        region_noise: std of per-region Gaussian noise relative to unit-variance directions.
+        attribute_sharing: in [0, 1]; how strongly a few categories/colours/scenes dominate
+            (more sharing -> more images fit a partial caption).
+        partialness: in [0, 1]; how many objects/attributes a caption leaves out.
+        noise_ratios: NCR noise files to write for the train split (each in [0, 1)).
+        noise_seed: seed of the noise files.
+
+    Returns:
+        The data root ``out_dir`` (use it as ``data.root`` with name ``synthetic_precomp``).
+    """
+    sizes = {"train": num_train, "dev": num_dev, "test": num_test}
+    for split, n in sizes.items():
+        if n < 1:
+            raise ValueError(f"num_{split} must be >= 1, got {n}")
+    if regions < 2 or feature_dim < 1:
+        raise ValueError(f"need regions >= 2 and feature_dim >= 1, got {regions}, {feature_dim}")
+    if region_noise < 0:
+        raise ValueError(f"region_noise must be >= 0, got {region_noise}")
+    sharing = _check_knob("attribute_sharing", attribute_sharing)
+    partial = _check_knob("partialness", partialness)
+    root = Path(out_dir)
+    folder = root / DATASET_NAME
+    folder.mkdir(parents=True, exist_ok=True)
+    bank = DirectionBank.draw(seed, feature_dim)
+    all_captions = []
+    for split, n in sizes.items():
+        all_captions += _write_split(
+            folder, split, n, bank, seed=seed, regions=regions, region_noise=region_noise,
+            sharing=sharing, partialness=partial,
+        )  # fmt: skip
+    # Every word of every split: the synthetic world has no out-of-vocabulary words.
+    build_vocab(all_captions, min_count=1).save(root / f"{DATASET_NAME}_vocab.json")
+    clean = clean_image_index(num_train, CAPTIONS_PER_IMAGE)
+    noise = {}
+    for ratio in noise_ratios:
+        index = make_caption_noise(clean, ratio, noise_seed)
+        save_noise_index(folder / noise_file_name(ratio, noise_seed), index)
+        noise[noise_file_name(ratio, noise_seed)] = noise_sha256(index)
+    settings = {
+        "num_train": num_train, "num_dev": num_dev, "num_test": num_test, "seed": seed,
+        "regions": regions, "feature_dim": feature_dim, "region_noise": region_noise,
+        "attribute_sharing": sharing, "partialness": partial, "captions_per_image": 5,
+        "noise_seed": noise_seed, "noise_sha256": noise,
+    }  # fmt: skip
+    (folder / "world.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    return root

@@ -1,0 +1,94 @@
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from precomputed.captions import read_captions_txt
+from precomputed.dataset import PairDataset, open_split
+from precomputed.noise import clean_image_index, load_noise_index, noise_sha256
+from precomputed.synthetic import make_synthetic
+from precomputed.synthetic.captions import TEMPLATE_WORDS
+from precomputed.synthetic.world import CATEGORIES, COLOURS, SCENE_TYPES
+from precomputed.tokenizer import tokenize_caption
+from precomputed.vocab import load_vocab
+
+FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+TINY = dict(num_train=12, num_dev=6, num_test=6, regions=36, feature_dim=64)
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_synthetic(tmp_path_factory.mktemp("syn"), seed=3, **TINY)
+
+
+def test_layout_and_open_split(world):
+    vocab = load_vocab(world / "synthetic_precomp_vocab.json")
+    for split, n in (("train", 12), ("dev", 6), ("test", 6)):
+        s = open_split(world, "synthetic_precomp", split, vocab, captions_per_image=5)
+        assert s.features.shape == (n, 36, 64) and s.num_captions == 5 * n
+        assert (s.tokens.ids != 3).all()  # no <unk>: vocab covers every split
+        feats = s.features.slice(0, n)
+        assert np.isfinite(feats).all() and (feats >= 0).all() and feats.std() > 0
+        scenes = [
+            json.loads(line)
+            for line in (world / "synthetic_precomp" / f"{split}_scenes.jsonl").open()
+        ]
+        assert len(scenes) == n
+        assert all(2 <= len(sc["objects"]) <= 4 and len(sc["region_object"]) == 36 for sc in scenes)
+    item = PairDataset(s)[0]
+    assert item[1][0] == 1 and item[1][-1] == 2
+
+
+def test_noise_files(world):
+    folder = world / "synthetic_precomp"
+    meta = json.loads((folder / "world.json").read_text())
+    for ratio in (0.2, 0.5):
+        name = f"noise_{ratio:g}_seed0.npy"
+        index = load_noise_index(folder / name, num_images=12, captions_per_image=5)
+        assert noise_sha256(index) == meta["noise_sha256"][name]
+        moved = (index != clean_image_index(12, 5)).sum()
+        assert moved <= int(ratio * 60)
+
+
+def test_every_caption_word_in_f30k_vocab(world):
+    f30k = load_vocab(FIXTURES / "f30k_precomp_vocab.json")
+    words = set(TEMPLATE_WORDS) | set(CATEGORIES) | set(COLOURS) | set(SCENE_TYPES)
+    for split in ("train", "dev", "test"):
+        for cap in read_captions_txt(world / "synthetic_precomp" / f"{split}_caps.txt"):
+            words.update(tokenize_caption(cap))
+    missing = sorted(w for w in words if w not in f30k)
+    assert not missing
+
+
+def test_captions_mention_scene_objects(world):
+    folder = world / "synthetic_precomp"
+    scenes = [json.loads(line) for line in (folder / "train_scenes.jsonl").open()]
+    caps = read_captions_txt(folder / "train_caps.txt")
+    for k, cap in enumerate(caps):
+        cats = {o["category"] for o in scenes[k // 5]["objects"]}
+        mentioned = {w for w in tokenize_caption(cap) if w in CATEGORIES}
+        assert mentioned and mentioned <= cats, (cap, cats)
+
+
+def test_deterministic_bytes(tmp_path, world):
+    again = make_synthetic(tmp_path / "again", seed=3, **TINY)
+    assert _digest(again) == _digest(world)
+    other = make_synthetic(tmp_path / "other", seed=4, **TINY)
+    assert _digest(other) != _digest(world)
+
+
+def test_bad_knobs(tmp_path):
+    with pytest.raises(ValueError, match="partialness"):
+        make_synthetic(tmp_path, partialness=1.5, **TINY)
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        make_synthetic(tmp_path, noise_ratios=(1.0,), **TINY)

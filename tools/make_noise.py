@@ -1,0 +1,83 @@
+"""Write an NCR noise-index file for a dataset split, or convert a UGNCL image permutation.
+
+Examples::
+
+    python tools/make_noise.py --data-root data --name f30k_precomp --ratio 0.4 --seed 0 \\
+        --out noise/f30k_0.4_seed0.npy
+    python tools/make_noise.py --data-root data --name f30k_precomp --captions-per-image 5 \\
+        --from-image-perm f30k_noise.npy --out noise/f30k_ugncl.npy
+
+The file holds one int64 image index per caption (NCR format); its sha256 is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from precomputed.captions import check_caption_count, read_captions
+from precomputed.features import open_features
+from precomputed.layout import KNOWN_DATASETS, locate_split
+from precomputed.noise import (
+    clean_image_index,
+    load_noise_index,
+    make_caption_noise,
+    noise_sha256,
+    save_noise_index,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description="Write an NCR caption-level noise file (1-D int64, one image index per "
+        "caption) for a split, or convert a UGNCL image-level permutation; prints its sha256.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--data-root", required=True, help="folder holding <name>/")
+    p.add_argument("--name", required=True, help="dataset folder, e.g. f30k_precomp")
+    p.add_argument("--split", default="train", help="split the noise is for")
+    p.add_argument(
+        "--captions-per-image",
+        type=int,
+        default=None,
+        help="captions per image (default: the known dataset's value, else required)",
+    )
+    p.add_argument("--ratio", type=float, default=None, help="share of captions to shuffle")
+    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    p.add_argument(
+        "--from-image-perm",
+        default=None,
+        help="convert this UGNCL image-level permutation (.npy, length N_img) instead",
+    )
+    p.add_argument("--out", required=True, help="output .npy path")
+    args = p.parse_args(argv)
+    if (args.ratio is None) == (args.from_image_perm is None):
+        p.error("give exactly one of --ratio or --from-image-perm")
+    cpi = args.captions_per_image
+    if cpi is None:
+        if args.name not in KNOWN_DATASETS:
+            p.error(f"--captions-per-image is required for unknown dataset {args.name!r}")
+        cpi = KNOWN_DATASETS[args.name].captions_per_image
+    paths = locate_split(args.data_root, args.name, args.split)
+    store = open_features(paths.features, allow_nonfinite=True)
+    num_images = len(store)
+    store.close()
+    check_caption_count(
+        len(read_captions(paths.captions)), num_images, cpi, where=str(paths.captions)
+    )
+    if args.from_image_perm is not None:
+        index = load_noise_index(
+            args.from_image_perm, num_images=num_images, captions_per_image=cpi, fmt="image"
+        )
+    else:
+        index = make_caption_noise(clean_image_index(num_images, cpi), args.ratio, args.seed)
+    save_noise_index(args.out, index)
+    noisy = int(np.count_nonzero(index != clean_image_index(num_images, cpi)))
+    print(f"wrote {args.out}: {len(index)} captions, {noisy} paired with another image")
+    print(f"sha256 {noise_sha256(index)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
