@@ -1,0 +1,240 @@
+"""Tests of ugncl.losses: VSE++ hinge, soft/trusted margins, lambda schedule, TRL, objectives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY, divide_batch
+from ugncl.evidential import edl_loss, evidence, trusted_margin_factor
+from ugncl.losses import (
+    evidential_loss,
+    lambda_schedule,
+    soft_margin,
+    triplet_objective,
+    trusted_margins,
+    trusted_robust_loss,
+    ugncl_objective,
+    vse_hinge,
+    warmup_objective,
+)
+
+# ------------------------------------------------------------------------------ VSE hinge
+
+S3 = torch.tensor([[0.9, 0.5, 0.8], [0.7, 0.6, 0.1], [0.2, 0.4, 0.5]])
+
+
+def test_vse_hinge_hand_values():
+    """Hinge [m + s_neg - s_pos]+ per (anchor, negative), S3 above.
+    margin 0.2. Image rows: i=0 captions 1,2: [0.2+0.5-0.9]+ = 0, 0.2+0.8-0.9 = 0.1;
+    i=1: 0.2+0.7-0.6 = 0.3, 0; i=2: 0, 0.2+0.4-0.5 = 0.1. Caption columns: j=0: 0, 0;
+    j=1: 0.2+0.5-0.6 = 0.1, 0; j=2: 0.2+0.8-0.5 = 0.5, 0. Each anchor has at most one
+    violation, so hardest = all = 0.1+0.3+0.1 + 0.1+0.5 = 1.1.
+    margin 0.5. Rows: i=0 [0.1, 0.4], i=1 [0.6, 0], i=2 [0.2, 0.4]: hardest 1.4, all 1.7.
+    Columns: j=0 [0.3, 0], j=1 [0.4, 0.3], j=2 [0.8, 0.1]: hardest 1.5, all 1.9.
+    Totals: hardest 2.9, all negatives 3.6."""
+    assert vse_hinge(S3, 0.2).item() == pytest.approx(1.1, abs=1e-6)
+    assert vse_hinge(S3, 0.2, max_violation=False).item() == pytest.approx(1.1, abs=1e-6)
+    assert vse_hinge(S3, 0.5).item() == pytest.approx(2.9, abs=1e-6)
+    assert vse_hinge(S3, 0.5, max_violation=False).item() == pytest.approx(3.6, abs=1e-6)
+    with pytest.raises(ValueError, match="square"):
+        vse_hinge(torch.zeros(2, 3))
+
+
+# -------------------------------------------------------------------------- margins, lambda
+
+
+def test_soft_margin_values():
+    """gamma (m^y - 1)/(m - 1): y=0 -> 0, y=1 -> gamma, y=0.5 -> 0.2 (sqrt(10) - 1)/9."""
+    y = torch.tensor([0.0, 0.5, 1.0])
+    expected = [0.0, 0.2 * (math.sqrt(10) - 1) / 9, 0.2]
+    assert soft_margin(y).tolist() == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="m must"):
+        soft_margin(y, m=1.0)
+
+
+def test_lambda_schedule_values_and_clipping():
+    """K=128: step 0 -> 128 clipped to 127; step 400 -> 128 - 10 = 118; step 10^4 -> theta 5.
+    A short batch never gets more than K - 1 negatives (K = 4, theta = 5 -> 3; K = 1 -> 1)."""
+    assert lambda_schedule(128, 0) == 127
+    assert lambda_schedule(128, 400) == 118
+    assert lambda_schedule(128, 10_000) == 5
+    assert lambda_schedule(4, 10_000) == 3
+    assert lambda_schedule(1, 0) == 1
+    for K in range(1, 12):
+        for step in range(0, 6000, 37):
+            assert 1 <= lambda_schedule(K, step) <= max(K - 1, 1)
+
+
+def test_trusted_margins_per_set():
+    """CLEAN -> 0.2; NOISY -> 0; HARD_CLEAN y=1, u_bar=0.5 -> f_C = 0.5, 0.5 * 0.2 = 0.1;
+    HARD_NOISY y=0.5, u_bar=0.9 -> f_N(0.9) * 0.2 (sqrt(10) - 1)/9, f_N = 1/(1 + (1/9)^10)."""
+    sets = torch.tensor([CLEAN, NOISY, HARD_CLEAN, HARD_NOISY])
+    y = torch.tensor([1.0, 0.0, 1.0, 0.5])
+    u_bar = torch.tensor([0.1, 0.1, 0.5, 0.9])
+    m = trusted_margins(sets, y, u_bar)
+    f_n = 1 / (1 + (1 / 9) ** 10)
+    expected = [0.2, 0.0, 0.1, f_n * 0.2 * (math.sqrt(10) - 1) / 9]
+    assert m.tolist() == pytest.approx(expected, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------- TRL
+
+# Asymmetric scores: S[i, j] = image i, caption j.
+S_TRL = torch.tensor([[0.5, 0.45, 0.1], [0.55, 0.6, 0.2], [0.3, 0.1, 0.2]])
+M_TRL = torch.tensor([0.1, 0.3, 0.5])
+SETS_TRL = torch.tensor([CLEAN, HARD_NOISY, NOISY])
+
+
+def test_trl_hand_example_uses_anchor_margin_both_directions():
+    """Margins m = [0.1, 0.3, 0.5]; pair 0 CLEAN, pair 1 hard, pair 2 NOISY (no term).
+    Anchor 0 (m=0.1), image row 0: [0.1+0.45-0.5]+ = 0.05, [0.1+0.1-0.5]+ = 0 -> hardest 0.05;
+    caption column 0 (diag 0.5): images 1, 2: [0.1+0.55-0.5]+ = 0.15, 0 -> hardest 0.15.
+    Anchor 1 (m=0.3), image row 1 (diag 0.6): captions 0, 2: 0.3+0.55-0.6 = 0.25, 0;
+    caption column 1 (diag 0.6): images 0, 2: 0.3+0.45-0.6 = 0.15, 0.
+    lam = 2: 0.05 + 0.15 + (0.25 + 0)/2 + (0.15 + 0)/2 = 0.4.
+    lam = 1: 0.05 + 0.15 + 0.25 + 0.15 = 0.6.
+    Indexing the text-to-image margin by the image row (released code) would give caption 0:
+    m_1 + 0.55 - 0.5 = 0.35 instead of 0.15, so the total could not be 0.4."""
+    assert trusted_robust_loss(S_TRL, M_TRL, SETS_TRL, lam=2).item() == pytest.approx(0.4)
+    assert trusted_robust_loss(S_TRL, M_TRL, SETS_TRL, lam=1).item() == pytest.approx(0.6)
+    # lam above K - 1 is clipped to the available negatives.
+    assert trusted_robust_loss(S_TRL, M_TRL, SETS_TRL, lam=100).item() == pytest.approx(0.4)
+
+    # The buggy orientation, computed independently, differs: the test can tell them apart.
+    diag = S_TRL.diagonal()
+    rows_margin_t2i = (M_TRL[:, None] + S_TRL - diag[None, :]).clamp_min(0)
+    rows_margin_t2i.fill_diagonal_(0)
+    buggy_caption0 = rows_margin_t2i[:, 0].max().item()
+    assert buggy_caption0 == pytest.approx(0.35)
+
+
+def test_trl_noisy_anchors_contribute_nothing():
+    scores = S_TRL.clone().requires_grad_(True)
+    sets = torch.full((3,), NOISY)
+    loss = trusted_robust_loss(scores, M_TRL, sets, lam=2)
+    assert loss.item() == 0.0
+    loss.backward()
+    assert (scores.grad == 0).all()
+    # Hard-clean and hard-noisy anchors are treated alike by the loss (margins differ).
+    a = trusted_robust_loss(S_TRL, M_TRL, torch.tensor([CLEAN, HARD_CLEAN, NOISY]), 2)
+    b = trusted_robust_loss(S_TRL, M_TRL, torch.tensor([CLEAN, HARD_NOISY, NOISY]), 2)
+    assert a.item() == b.item()
+
+
+# ---------------------------------------------------------------------------- objectives
+
+
+def _extreme_raw(W: int, K: int, seed: int) -> torch.Tensor:
+    """Raw scores spanning [-1e4, 1e4] plus a band of moderate values."""
+    g = torch.Generator().manual_seed(seed)
+    raw = torch.rand(W, K, K, generator=g) * 2e4 - 1e4
+    raw[:, :, : K // 2] = torch.randn(W, K, K // 2, generator=g) * 3
+    raw[:, 0, :] = 1e4
+    raw[:, :, 1] = -1e4
+    return raw
+
+
+@pytest.mark.parametrize("evidential", ["fused", "per_view"])
+@pytest.mark.parametrize("W", [1, 2, 3])
+def test_objectives_finite_gradients_for_extreme_scores(W, evidential):
+    K = 6
+    raw = _extreme_raw(W, K, seed=W).requires_grad_(True)
+    sets = torch.tensor([CLEAN, NOISY, HARD_CLEAN, HARD_NOISY, CLEAN, HARD_CLEAN])
+    soft = torch.tensor([1.0, 0.0, 0.7, 0.2, 1.0, 0.9])
+    u_bar = torch.tensor([0.1, 0.2, 0.6, 1.0, 0.0, 0.5])
+    out = ugncl_objective(
+        raw, sets=sets, soft_label=soft, u_bar=u_bar, lam=3, evidential=evidential
+    )
+    warm = warmup_objective(raw, lam=3, evidential=evidential)
+    for terms in (out, warm):
+        assert {"loss_edl", "loss_trl"} <= set(terms)
+        assert all(torch.isfinite(v).all() for v in terms.values())
+        total = sum(v for k, v in terms.items() if k.startswith("loss"))
+        (grad,) = torch.autograd.grad(total, raw)
+        assert torch.isfinite(grad).all()
+        assert terms["edl_kl"].item() >= 0  # KL stays non-negative at extreme evidence
+        assert not any(v.requires_grad for k, v in terms.items() if not k.startswith("loss"))
+
+
+def test_ugncl_objective_decomposes_into_documented_terms():
+    """loss_trl = xi2 * mean over views of TRL(tanh(raw_w)); per_view loss_edl = mean over
+    views of [mean_rows edl(e_w + 1) + mean_rows edl(e_w^T + 1)] with target diag(y)."""
+    torch.manual_seed(0)
+    W, K = 2, 5
+    raw = torch.randn(W, K, K)
+    div = divide_batch(raw)
+    kw = dict(sets=div.sets, soft_label=div.soft_label, u_bar=div.u_bar, lam=2)
+    out = ugncl_objective(raw, trl_weight=0.8, evidential="per_view", **kw)
+    margins = trusted_margins(div.sets, div.soft_label, div.u_bar)
+    trl = torch.stack([trusted_robust_loss(torch.tanh(r), margins, div.sets, 2) for r in raw])
+    assert out["loss_trl"].item() == pytest.approx(0.8 * trl.mean().item(), rel=1e-6)
+    e = evidence(raw)
+    target = torch.diag(div.soft_label)
+    per_view = [
+        edl_loss(e[w] + 1, target, 0.1).mean() + edl_loss(e[w].t() + 1, target, 0.1).mean()
+        for w in range(W)
+    ]
+    assert out["loss_edl"].item() == pytest.approx(torch.stack(per_view).mean().item(), rel=1e-5)
+    fused = ugncl_objective(raw, evidential="fused", **kw)
+    assert fused["loss_edl"].item() != pytest.approx(out["loss_edl"].item(), rel=1e-3)
+    # With one view, fusing is the identity.
+    one = {
+        k: ugncl_objective(raw[:1], evidential=k, **kw)["loss_edl"] for k in ("fused", "per_view")
+    }
+    assert one["fused"].item() == pytest.approx(one["per_view"].item(), rel=1e-6)
+
+
+def test_evidential_loss_terms_and_targets():
+    """ls + xi1 * kl == loss; noisy targets (y = 0) push all evidence of the row down, so the
+    loss with y = 0 exceeds the loss with y = 1 when the diagonal dominates."""
+    raw = torch.full((1, 3, 3), -3.0)
+    raw[0, torch.arange(3), torch.arange(3)] = 1.0
+    clean = evidential_loss(raw, torch.ones(3), kl_weight=0.1)
+    noisy = evidential_loss(raw, torch.zeros(3), kl_weight=0.1)
+    assert clean["loss"].item() == pytest.approx((clean["ls"] + 0.1 * clean["kl"]).item())
+    assert noisy["loss"].item() > clean["loss"].item()
+    with pytest.raises(ValueError, match="evidential"):
+        evidential_loss(raw, torch.ones(3), evidential="mean")
+
+
+def test_warmup_trl_equals_slow_reference():
+    """Warm-up hinge: every pair is an anchor with margin gamma, mean of the lam hardest
+    negatives per direction, summed over anchors, on tanh(raw), averaged over views."""
+    torch.manual_seed(3)
+    W, K, lam, gamma = 2, 5, 2, 0.2
+    raw = torch.randn(W, K, K)
+    out = warmup_objective(raw, lam=lam, trl_weight=1.0, gamma=gamma)
+    totals = []
+    for w in range(W):
+        s = torch.tanh(raw[w]).tolist()
+        total = 0.0
+        for k in range(K):
+            i2t = sorted(max(0.0, gamma + s[k][j] - s[k][k]) for j in range(K) if j != k)
+            t2i = sorted(max(0.0, gamma + s[i][k] - s[k][k]) for i in range(K) if i != k)
+            total += sum(i2t[-lam:]) / lam + sum(t2i[-lam:]) / lam
+        totals.append(total)
+    assert out["loss_trl"].item() == pytest.approx(sum(totals) / W, rel=1e-5)
+
+
+def test_triplet_objective_is_view_mean_of_sigmoid_hinge():
+    torch.manual_seed(4)
+    raw = torch.randn(2, 4, 4)
+    out = triplet_objective(raw, margin=0.2)
+    expected = (vse_hinge(torch.sigmoid(raw[0])) + vse_hinge(torch.sigmoid(raw[1]))) / 2
+    assert set(out) == {"loss_triplet"}
+    assert out["loss_triplet"].item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_objective_shape_errors():
+    raw = torch.zeros(1, 3, 3)
+    with pytest.raises(ValueError, match=r"\(W, K, K\)"):
+        warmup_objective(torch.zeros(3, 3), lam=1)
+    with pytest.raises(ValueError, match="sets"):
+        ugncl_objective(
+            raw, sets=torch.zeros(2, dtype=torch.long), soft_label=torch.ones(3),
+            u_bar=torch.ones(3), lam=1,
+        )  # fmt: skip
+    assert trusted_margin_factor(torch.tensor([0.3]), 0.0, True).item() == 0.5
