@@ -163,6 +163,12 @@ class _SubsetStore(FeatureStore):
     def close(self) -> None:
         self._base.close()
 
+    def __getstate__(self) -> dict:
+        return {"base": self._base, "n": self.shape[0]}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["base"], state["n"])
+
 
 class PairDataset(torch.utils.data.Dataset):
     """Caption-indexed pairs: item k pairs caption k with image ``image_index[k]``.

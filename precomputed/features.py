@@ -73,6 +73,22 @@ class FeatureStore:
         start, stop, _ = slice(start, stop).indices(self.shape[0])
         return np.ascontiguousarray(self._array[start:stop], dtype=np.float32)
 
+    def __getstate__(self) -> dict:
+        # Pickled by path (DataLoader workers under "spawn"): pickling np.memmap would copy the
+        # whole array, and h5py handles cannot be pickled. Reopening skips the NaN/inf scan,
+        # which already ran in the parent.
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        path = Path(state["path"])
+        if path.suffix == ".h5":
+            import h5py
+
+            f = h5py.File(path, "r")
+            self.__init__(path, f["features"], h5file=f)
+        else:
+            self.__init__(path, np.load(path, mmap_mode="r"))
+
     def close(self) -> None:
         """Close the HDF5 file (no-op for ``.npy``)."""
         if self._h5file is not None:

@@ -29,6 +29,18 @@ def test_npy_is_memory_mapped(make_split):
     assert isinstance(store._array, np.memmap)
 
 
+def test_pickles_by_path(make_split):
+    import pickle
+
+    for fmt in ("npy", "h5"):
+        root = make_split(fmt=fmt, num_images=5)
+        store = open_features(root / "toy_precomp" / f"train_ims.{fmt}")
+        blob = pickle.dumps(store)
+        assert len(blob) < 1000  # not the array
+        again = pickle.loads(blob)
+        assert np.array_equal(again.take(np.arange(5)), store.take(np.arange(5)))
+
+
 def test_float16_upcast(tmp_path):
     np.save(tmp_path / "x.npy", np.ones((2, 3, 4), np.float16))
     assert open_features(tmp_path / "x.npy")[0].dtype == np.float32
