@@ -61,13 +61,14 @@ class MetricsRecorder:
         self._file = self.path.open("a", encoding="utf-8")
         self._tb = _open_tensorboard(run_dir / "tb") if tensorboard else None
 
-    def write(self, event: str, step: int | None = None, **fields: Any) -> dict[str, Any]:
+    def write(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Append one record; TensorBoard x-axis = ``step`` if given, else ``epoch``."""
         record = {"event": event, **{k: _plain(v) for k, v in fields.items()}}
         record["time"] = round(time.time(), 3)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:
-            tb_step = step if step is not None else int(fields.get("epoch", 0))
+            tb_step = int(fields.get("step", fields.get("epoch", 0)))
             for key, value in fields.items():
                 if key in {"epoch", "step"} or not isinstance(value, (int, float)):
                     continue

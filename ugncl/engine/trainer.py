@@ -172,7 +172,9 @@ class Trainer:
             terms = self.method.training_step(self.model, batch, ctx)
         loss_terms = {k: v for k, v in terms.items() if k.startswith("loss")}
         if not loss_terms:
-            raise RuntimeError(f"method {self.method.name!r} returned no 'loss*' term: {list(terms)}")
+            raise RuntimeError(
+                f"method {self.method.name!r} returned no 'loss*' term: {list(terms)}"
+            )
         total = torch.stack([v.float() for v in loss_terms.values()]).sum()
         if not torch.isfinite(total):
             bad = [k for k, v in loss_terms.items() if not torch.isfinite(v).all()]
@@ -198,9 +200,15 @@ class Trainer:
         self, epoch: int, terms: dict[str, float], done: int, total: int, started: float
     ) -> None:
         lr = self.optimizer.param_groups[0]["lr"]
-        record = {"epoch": epoch, "step": self.global_step, "lr": lr, **terms, **self.method.stats()}
+        record = {
+            "epoch": epoch,
+            "step": self.global_step,
+            "lr": lr,
+            **terms,
+            **self.method.stats(),
+        }
         record = {k: v for k, v in record.items() if not k.startswith(("n_", "noisy_", "clean_"))}
-        self.recorder.write("train", step=self.global_step, **record)
+        self.recorder.write("train", **record)
         elapsed = time.perf_counter() - started
         eta = elapsed / done * (total - done)
         logger.info(
