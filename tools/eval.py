@@ -26,7 +26,9 @@ from ugncl.experiment import MissingDataError, open_data_split, open_vocab
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("checkpoints", nargs="+", help="checkpoint files (best.pt, converted files)")
+    parser.add_argument(
+        "checkpoints", nargs="+", help="checkpoint files (best.pt, converted files)"
+    )
     parser.add_argument("--split", default=None, help="split to rank (default: data.test_split)")
     parser.add_argument("--data-root", default=None, help="folder holding <name>/")
     parser.add_argument("--name", default=None, help="dataset folder name, e.g. f30k_precomp")

@@ -36,7 +36,9 @@ class Method:
         """Optional pass before epoch ``epoch``; may return a ``division`` record's fields."""
         return None
 
-    def training_step(self, model: nn.Module, batch: PairBatch, ctx: StepContext) -> dict[str, Tensor]:
+    def training_step(
+        self, model: nn.Module, batch: PairBatch, ctx: StepContext
+    ) -> dict[str, Tensor]:
         raise NotImplementedError
 
     def stats(self) -> dict[str, Any]:

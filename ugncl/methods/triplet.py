@@ -18,6 +18,8 @@ class TripletMethod(Method):
         self.margin = margin
         self.max_violation = max_violation
 
-    def training_step(self, model: nn.Module, batch: PairBatch, ctx: StepContext) -> dict[str, Tensor]:
+    def training_step(
+        self, model: nn.Module, batch: PairBatch, ctx: StepContext
+    ) -> dict[str, Tensor]:
         raw = model(batch.images, batch.captions, batch.lengths).float()
         return triplet_objective(raw, margin=self.margin, max_violation=self.max_violation)

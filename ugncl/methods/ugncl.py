@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -100,7 +99,9 @@ class UGNCLMethod(Method):
         return quality
 
     # ------------------------------------------------------------------ step
-    def training_step(self, model: nn.Module, batch: PairBatch, ctx: StepContext) -> dict[str, Tensor]:
+    def training_step(
+        self, model: nn.Module, batch: PairBatch, ctx: StepContext
+    ) -> dict[str, Tensor]:
         raw = model(batch.images, batch.captions, batch.lengths).float()
         lam = lambda_schedule(
             raw.shape[-1], ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
@@ -123,7 +124,7 @@ class UGNCLMethod(Method):
                     "on_epoch_start must run before the epoch"
                 )
             return warmup_objective(raw, **common)
-        sets, soft_label, u_bar = self._lookup(batch.index, raw.device)
+        sets, soft_label, u_bar = self.division.lookup(batch.index, device=raw.device)
         return ugncl_objective(
             raw,
             sets=sets,
@@ -132,19 +133,6 @@ class UGNCLMethod(Method):
             margin_base=self.margin_base,
             trust_delta=self.trust_delta,
             **common,
-        )
-
-    def _lookup(self, index: Tensor, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-        idx = index.cpu().numpy()
-        division = self.division
-        sets = division.sets[idx]
-        if np.any(sets < 0):
-            missing = idx[sets < 0][:5].tolist()
-            raise RuntimeError(f"samples {missing} were not visited by the division pass")
-        return (
-            torch.as_tensor(sets, dtype=torch.long, device=device),
-            torch.as_tensor(division.soft_label[idx], dtype=torch.float32, device=device),
-            torch.as_tensor(division.u_bar[idx], dtype=torch.float32, device=device),
         )
 
     # ------------------------------------------------------------------ bookkeeping
