@@ -140,3 +140,24 @@ def test_truncated_checkpoint_gives_clear_error(
     assert train_main(["--resume", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "truncated or corrupt" in err and "last.pt" in err
+
+
+def test_eval_tool_single_and_ensemble(run_train, tool, tmp_path: Path, capsys) -> None:
+    assert run_train("ev", "train.epochs=1", "train.warmup_epochs=0") == 0
+    eval_main = tool("eval").main
+    best = tmp_path / "ev" / "checkpoints" / "best.pt"
+    last = tmp_path / "ev" / "checkpoints" / "last.pt"
+    single, pair = tmp_path / "single.json", tmp_path / "pair.json"
+    assert eval_main([str(best), "--json", str(single)]) == 0
+    assert "rsum" in capsys.readouterr().out
+    results = json.loads(single.read_text())["results"]
+    test_record = next(r for r in read_metrics(tmp_path / "ev") if r["event"] == "test")
+    assert results["full"]["rsum"] == pytest.approx(test_record["rsum"])
+    assert eval_main([str(best), str(last), "--json", str(pair)]) == 0
+    # best.pt and last.pt hold the same weights after one epoch: averaging changes nothing.
+    ensembled = json.loads(pair.read_text())["results"]["full"]
+    assert ensembled["rsum"] == pytest.approx(results["full"]["rsum"])
+    truncated = tmp_path / "bad.pt"
+    truncated.write_bytes(best.read_bytes()[:100])
+    assert eval_main([str(truncated)]) == 2
+    assert "truncated or corrupt" in capsys.readouterr().err

@@ -10,7 +10,12 @@ from ugncl.methods.base import Method, StepContext
 
 
 class TripletMethod(Method):
-    """Hinge loss on sigmoid scores with the hardest in-batch negative (SGRAF's ContrastiveLoss)."""
+    """Hinge loss on sigmoid scores with the hardest in-batch negative (SGRAF's ContrastiveLoss).
+
+    During the trainer's warm-up epochs the hinge is summed over all negatives (NCR's warm-up,
+    VSE-infinity's mean warm-up): from a random start the hardest-negative hinge sits at
+    ``2 K margin`` with near-equal scores and barely moves for hundreds of steps.
+    """
 
     name = "triplet"
 
@@ -22,4 +27,5 @@ class TripletMethod(Method):
         self, model: nn.Module, batch: PairBatch, ctx: StepContext
     ) -> dict[str, Tensor]:
         raw = model(batch.images, batch.captions, batch.lengths).float()
-        return triplet_objective(raw, margin=self.margin, max_violation=self.max_violation)
+        max_violation = self.max_violation and not ctx.warmup
+        return triplet_objective(raw, margin=self.margin, max_violation=max_violation)
