@@ -221,7 +221,7 @@ def load_released_checkpoint(
     state, origin = _convert_parts(path, parts)
     if fmt is None:
         fmt = "ugncl" if any(k.startswith("fc1.") for k in parts[0]) else "sgraf"
-    config = _infer_config(path, state, origin)
+    config = _infer_config(path, state)
     _check_against_model(path, state, config, origin)
     info = {
         "format": fmt,
@@ -265,7 +265,7 @@ def _convert_parts(path: Path, parts) -> tuple[dict[str, Tensor], dict[str, str]
     return state, origin
 
 
-def _infer_config(path: Path, state: dict[str, Tensor], origin: dict[str, str]) -> dict:
+def _infer_config(path: Path, state: dict[str, Tensor]) -> dict:
     required = {
         "txt_enc.embed.weight": "txt_enc[embed.weight]",
         "txt_enc.cap_rnn.weight_hh_l0": "txt_enc[cap_rnn.weight_hh_l0]",
@@ -329,8 +329,7 @@ def _check_against_model(
         if k in state and tuple(state[k].shape) != tuple(v.shape)
     ]
     if missing or unexpected or shapes:
-        inverse = _released_name
-        raise _key_error(path, [inverse(k) for k in missing], unexpected, shapes)
+        raise _key_error(path, [_released_name(k) for k in missing], unexpected, shapes)
 
 
 def _released_name(key: str) -> str:

@@ -34,21 +34,28 @@ def bytes_per_pair(
     head: str = "sgr",
     sgr_steps: int = 3,
     itemsize: int = 4,
+    autograd: bool = False,
 ) -> int:
-    """Estimated working set of scoring one (image, caption) pair, in bytes.
+    """Estimated peak working set of scoring one (image, caption) pair, in bytes.
 
-    Counts every intermediate of a block as if all were alive at once (true under autograd,
-    an over-estimate under no_grad where some are updated in place): attention maps
-    (3 R L), attended context and squared difference (3 L E), local and global alignment
-    vectors (3 L S + E + 2 S), and per graph step projections, edges and outputs.
+    With ``autograd`` every intermediate stays alive for the backward pass: attention maps
+    (3 R L), attended context and squared difference (2 L E), local alignment (3 L S),
+    global alignment (E + 2 S), nodes, and per graph step the packed projection, edges and
+    outputs. Without it (the no_grad path updates in place and frees stages) the peak is
+    the larger of the attention stage (2 R L + L E) and the projection stage (L E + 2 L S),
+    plus the node tensors of the head.
     """
     L, R, E, S = n_words, n_regions, embed_dim, sim_dim
     nodes = L + 1
-    elems = 3 * R * L + 3 * L * E + 3 * L * S + E + 2 * S + nodes * S
     if head == "sgr":
-        elems += sgr_steps * (nodes * (2 * S + 2) + 2 * nodes * nodes + 2 * nodes * S)
+        per_step = nodes * (2 * S + 2) + 2 * nodes * nodes + 2 * nodes * S
+        head_elems = sgr_steps * per_step if autograd else per_step + 2 * nodes * S
     else:
-        elems += 3 * nodes + S
+        head_elems = 4 * nodes + 2 * nodes * S
+    if autograd:
+        elems = 3 * R * L + 2 * L * E + 3 * L * S + E + 2 * S + nodes * S + head_elems
+    else:
+        elems = max(2 * R * L + L * E, L * E + 2 * L * S) + E + nodes * S + head_elems
     return int(elems * itemsize)
 
 
@@ -118,6 +125,7 @@ class SimilarityHead(nn.Module):
         *,
         views: int = 1,
         saf_stats: list | None = None,
+        sgr_folds: list | None = None,
     ) -> Tensor:
         """Raw scores of every pair of one block.
 
@@ -129,6 +137,7 @@ class SimilarityHead(nn.Module):
             mask: (C, L) bool, True for real words (at least one per caption).
             views: number of views in I (SAF training statistics are per view).
             saf_stats: collector for SAF BatchNorm statistics in training mode.
+            sgr_folds: ``self.sgr.fold()`` shared by the blocks of one call.
 
         Returns:
             (I, C) raw scores.
@@ -147,7 +156,7 @@ class SimilarityHead(nn.Module):
         node_mask = torch.cat([mask.new_ones(n_cap, 1), mask], dim=1)
         if self.head == "sgr":
             flat_mask = node_mask.unsqueeze(0).expand(n_img, -1, -1).reshape(-1, n_word + 1)
-            vec = self.sgr(nodes.flatten(0, 1), flat_mask)
+            vec = self.sgr(nodes.flatten(0, 1), flat_mask, sgr_folds)
         else:
             shaped = nodes.view(views, n_img // views, n_cap, n_word + 1, -1)
             vec = self.saf(shaped, node_mask, saf_stats)
@@ -250,6 +259,8 @@ class SGRAF(nn.Module):
             (W, n_img, n_cap) raw scores.
         """
         _check_pair_inputs(self, img_emb, cap_emb, lengths)
+        if img_emb.shape[1] == 0 or cap_emb.shape[0] == 0:
+            return img_emb.new_zeros(self.num_views, img_emb.shape[1], cap_emb.shape[0])
         head = self.sim_enc
         img_glo = head.image_globals(img_emb)
         mask = word_mask(lengths, cap_emb.shape[1])
@@ -331,9 +342,11 @@ def _iter_blocks(
         head=head.head,
         sgr_steps=len(head.sgr.steps) if head.head == "sgr" else 0,
         itemsize=img_emb.element_size(),
+        autograd=torch.is_grad_enabled(),
     )
     n_cap = lengths_cpu.numel()
     rows, cols = plan_blocks(n_img, n_cap, pair_bytes, budget, split_images=not train_saf)
+    folds = head.sgr.fold() if head.head == "sgr" else None
     for start in range(0, n_cap, cols):
         idx_cpu = order_cpu[start : start + cols]
         width = int(lengths_cpu[idx_cpu].max())
@@ -353,6 +366,7 @@ def _iter_blocks(
                 mask,
                 views=n_views,
                 saf_stats=saf_stats,
+                sgr_folds=folds,
             )
             yield img_start, idx_cpu, block.view(n_views, n_rows, -1)
 

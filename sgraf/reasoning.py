@@ -52,51 +52,80 @@ class SGR(nn.Module):
             raise ValueError(f"sgr_steps must be >= 1, got {steps}")
         self.steps = nn.ModuleList(GraphReasoning(sim_dim) for _ in range(steps))
 
-    def forward(self, nodes: Tensor, node_mask: Tensor) -> Tensor:
+    def fold(self) -> list[tuple[Tensor, ...]]:
+        """Per-step folded weights; compute once and reuse for every block of a call.
+
+        Returns:
+            For each non-final step ``(P, c, b_g)`` with P = [M^T | W_g^T | u | v] (S, 2S+2);
+            for the final step ``(M, u, v, c, W_g, b_g)``.
+        """
+        folds: list[tuple[Tensor, ...]] = []
+        for step in self.steps[:-1]:
+            M, u, v, c = step.folded()
+            packed = torch.cat(
+                [M.t(), step.sim_graph_w.weight.t(), u.unsqueeze(1), v.unsqueeze(1)], dim=1
+            )
+            folds.append((packed, c, step.sim_graph_w.bias))
+        last = self.steps[-1]
+        folds.append((*last.folded(), last.sim_graph_w.weight, last.sim_graph_w.bias))
+        return folds
+
+    def forward(
+        self, nodes: Tensor, node_mask: Tensor, folds: list[tuple[Tensor, ...]] | None = None
+    ) -> Tensor:
         """Reason over the similarity graph of every pair.
 
         Args:
             nodes: (P, N, S) node vectors of P pairs; node 0 is the global alignment.
             node_mask: (P, N) bool, True for real nodes (node 0 must be True).
+            folds: ``self.fold()``, when the caller scores several blocks.
 
         Returns:
             (P, S) the global node after the last step.
         """
+        folds = self.fold() if folds is None else folds
         key_mask = node_mask.unsqueeze(1)  # softmax runs over keys j
-        for step in self.steps[:-1]:
-            nodes = self._full_step(step, nodes, key_mask)
-        return self._readout_step(self.steps[-1], nodes, node_mask)
+        for packed, c, bias in folds[:-1]:
+            nodes = self._full_step(packed, c, bias, nodes, key_mask)
+        return self._readout_step(*folds[-1], nodes, node_mask)
 
     @staticmethod
-    def _full_step(step: GraphReasoning, nodes: Tensor, key_mask: Tensor) -> Tensor:
-        M, u, v, c = step.folded()
+    def _full_step(
+        packed: Tensor, c: Tensor, bias: Tensor, nodes: Tensor, key_mask: Tensor
+    ) -> Tensor:
         sim = nodes.shape[-1]
         # One GEMM yields M n_j, W_g n_j, u.n_j and v.n_i: two S x S projections per node
         # instead of the released three. W_g is applied before aggregation, which is exact
         # because each edge row sums to one (the bias is added once afterwards).
-        proj = nodes @ torch.cat(
-            [M.t(), step.sim_graph_w.weight.t(), u.unsqueeze(1), v.unsqueeze(1)], dim=1
-        )
+        proj = nodes @ packed
         keys, values = proj[..., :sim], proj[..., sim : 2 * sim]
         logits = torch.bmm(nodes, keys.transpose(1, 2))
         logits = (
             logits + proj[..., 2 * sim].unsqueeze(1) + (proj[..., 2 * sim + 1] + c).unsqueeze(2)
         )
         edges = masked_softmax(logits, key_mask, dim=-1)
-        return F.relu(torch.bmm(edges, values) + step.sim_graph_w.bias)
+        return F.relu(torch.bmm(edges, values) + bias)
 
     @staticmethod
-    def _readout_step(step: GraphReasoning, nodes: Tensor, node_mask: Tensor) -> Tensor:
+    def _readout_step(
+        M: Tensor,
+        u: Tensor,
+        v: Tensor,
+        c: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        nodes: Tensor,
+        node_mask: Tensor,
+    ) -> Tensor:
         # Only node 0 is read out, so the last step needs a single query row:
         # logits_0j = (M^T n_0 + u).n_j + (v.n_0 + c).
-        M, u, v, c = step.folded()
         glob = nodes[:, 0]
         query = glob @ M + u
         logits = torch.bmm(nodes, query.unsqueeze(-1)).squeeze(-1)
         logits = logits + (glob @ v + c).unsqueeze(-1)
         edges = masked_softmax(logits, node_mask, dim=-1)
         agg = torch.bmm(edges.unsqueeze(1), nodes).squeeze(1)
-        return F.relu(step.sim_graph_w(agg))
+        return F.relu(F.linear(agg, weight, bias))
 
 
 class SAF(nn.Module):

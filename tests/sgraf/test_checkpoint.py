@@ -1,0 +1,194 @@
+"""Model file and released SGRAF / NCR / UGNCL containers (generated here at tiny sizes)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from sgraf.checkpoint import (
+    CheckpointError,
+    build_model_from_config,
+    load_model,
+    load_model_file,
+    load_released_checkpoint,
+    save_model_file,
+    to_released_parts,
+)
+from tests.sgraf.conftest import TINY, VOCAB, make_batch, make_model
+from tools.convert_checkpoint import main as convert_main
+
+E, S, R, D, WD = TINY["embed_dim"], TINY["sim_dim"], TINY["num_regions"], TINY["img_dim"], 6
+
+
+def released_shapes(head: str, img_names: list[str], steps: int = 3) -> list[dict]:
+    """Key -> shape of [img_enc, txt_enc, sim_enc] exactly as in reference section 5.3."""
+    img = {}
+    for fc in img_names:
+        img.update({f"{fc}.weight": (E, D), f"{fc}.bias": (E,)})
+    txt = {"embed.weight": (VOCAB, WD)}
+    for sfx in ("", "_reverse"):
+        txt.update(
+            {
+                f"cap_rnn.weight_ih_l0{sfx}": (3 * E, WD),
+                f"cap_rnn.weight_hh_l0{sfx}": (3 * E, E),
+                f"cap_rnn.bias_ih_l0{sfx}": (3 * E,),
+                f"cap_rnn.bias_hh_l0{sfx}": (3 * E,),
+            }
+        )
+    sim = {}
+
+    def lin(name, out, inp):
+        sim.update({f"{name}.weight": (out, inp), f"{name}.bias": (out,)})
+
+    def bn(name, n):
+        sim.update({f"{name}.{k}": (n,) for k in ("weight", "bias", "running_mean", "running_var")})
+        sim[f"{name}.num_batches_tracked"] = ()
+
+    for sa in ("v_global_w", "t_global_w"):
+        lin(f"{sa}.embedding_local.0", E, E)
+        lin(f"{sa}.embedding_global.0", E, E)
+        lin(f"{sa}.embedding_common.0", 1, E)
+    bn("v_global_w.embedding_local.1", R)
+    bn("v_global_w.embedding_global.1", E)
+    lin("sim_tranloc_w", S, E)
+    lin("sim_tranglo_w", S, E)
+    lin("sim_eval_w", 1, S)
+    if head == "sgr":
+        for i in range(steps):
+            for w in ("graph_query_w", "graph_key_w", "sim_graph_w"):
+                lin(f"SGR_module.{i}.{w}", S, S)
+    else:
+        lin("SAF_module.attn_sim_w", 1, S)
+        bn("SAF_module.bn", 1)
+    return [img, txt, sim]
+
+
+def perturbed(head: str, views: int, seed: int = 3):
+    model = make_model(head, views, dtype=torch.float32, seed=seed, word_dim=WD)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            if tensor.is_floating_point():
+                noise = torch.rand(tensor.shape, generator=gen) * 0.5
+                tensor.add_(noise if "running_var" in name else noise - 0.25)
+            else:
+                tensor.fill_(7)
+    return model.eval()
+
+
+def released_parts(model) -> list[dict]:
+    parts = to_released_parts(model)
+    return [{k: v.clone() for k, v in p.items()} for p in parts]
+
+
+def opt_namespace() -> argparse.Namespace:
+    return argparse.Namespace(
+        data_name="f30k_precomp", embed_size=E, sim_dim=S, bi_gru=True, sgr_step=3, lr=2e-4
+    )
+
+
+def scores_of(model):
+    with torch.no_grad():
+        return model.eval()(*make_batch(dtype=torch.float32))
+
+
+LAYOUTS = {
+    "sgraf": (["fc"], lambda parts, _: {
+        "epoch": 3, "model": parts, "best_rsum": 412.5, "opt": opt_namespace(), "Eiters": 999}),
+    "ugncl": (["fc1", "fc2"], lambda parts, _: {
+        "opt": opt_namespace(), "epoch": 4, "best_rsum": 300.0, "model": parts}),
+    "ncr": (["fc"], lambda parts, other: {
+        "epoch": 5, "model_A": parts, "model_B": other, "best_rsum": 1.0, "opt": opt_namespace()}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["sgraf", "ugncl", "ncr"])
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_released_layout_round_trip(tmp_path, fmt, head):
+    img_names, build = LAYOUTS[fmt]
+    model = perturbed(head, len(img_names))
+    parts = released_parts(model)
+    expected = released_shapes(head, img_names)
+    for got, want in zip(parts, expected):
+        assert {k: tuple(v.shape) for k, v in got.items()} == want
+    other = released_parts(perturbed(head, 1, seed=9)) if fmt == "ncr" else None
+    path = tmp_path / "model_best.pth.tar"
+    torch.save(build(parts, other), path)
+
+    state, config, info = load_released_checkpoint(path)
+    assert config == {
+        "vocab_size": VOCAB, "word_dim": WD, "img_dim": D, "embed_dim": E, "sim_dim": S,
+        "num_regions": R, "num_views": len(img_names), "head": head, "sgr_steps": 3,
+        "bi_gru": True,
+    }  # fmt: skip
+    assert info["format"] == fmt and info["opt"]["data_name"] == "f30k_precomp"
+    assert info["released_score"] == ("raw" if fmt == "ugncl" else "sigmoid")
+    loaded = build_model_from_config(config)
+    loaded.load_state_dict(state)
+    torch.testing.assert_close(scores_of(loaded), scores_of(model), rtol=0, atol=0)
+
+    out = tmp_path / "converted.pt"
+    assert convert_main([str(path), str(out)]) == 0
+    payload = torch.load(out, weights_only=True)  # plain dict, no allow-list needed
+    assert payload["version"] == 1 and payload["source"]["format"] == fmt
+    torch.testing.assert_close(scores_of(load_model(out)), scores_of(model), rtol=0, atol=0)
+
+
+def test_ncr_which_selects_model_b(tmp_path):
+    a, b = perturbed("sgr", 1, seed=1), perturbed("sgr", 1, seed=2)
+    path = tmp_path / "ncr.pth.tar"
+    torch.save(LAYOUTS["ncr"][1](released_parts(a), released_parts(b)), path)
+    _, _, info = load_released_checkpoint(path)
+    assert info["which"] == "model_A"
+    assert torch.equal(scores_of(load_model(path)), scores_of(a))
+    assert torch.equal(scores_of(load_model(path, which="model_B")), scores_of(b))
+    out = tmp_path / "b.pt"
+    convert_main([str(path), str(out), "--which", "model_B"])
+    assert torch.equal(scores_of(load_model(out)), scores_of(b))
+    with pytest.raises(CheckpointError, match="NCR containers only"):
+        load_released_checkpoint(tmp_path / "b.pt", which="model_B")
+
+
+def test_unknown_and_missing_keys_are_listed(tmp_path):
+    parts = released_parts(perturbed("sgr", 1))
+    parts[2]["extra_head.weight"] = torch.zeros(3)
+    del parts[2]["sim_tranglo_w.bias"]
+    del parts[1]["cap_rnn.bias_hh_l0"]
+    path = tmp_path / "bad.pth.tar"
+    torch.save({"epoch": 0, "model": parts, "best_rsum": 0.0, "opt": opt_namespace()}, path)
+    with pytest.raises(CheckpointError) as err:
+        load_released_checkpoint(path)
+    msg = str(err.value)
+    assert "sim_enc[extra_head.weight]" in msg
+    assert "sim_enc[sim_tranglo_w.bias]" in msg and "txt_enc[cap_rnn.bias_hh_l0]" in msg
+
+
+def test_shape_mismatch_and_unknown_container(tmp_path):
+    parts = released_parts(perturbed("saf", 1))
+    parts[2]["sim_eval_w.weight"] = torch.zeros(2, S)
+    path = tmp_path / "shape.pth.tar"
+    torch.save({"model": parts, "opt": opt_namespace()}, path)
+    with pytest.raises(CheckpointError, match=r"sim_enc\[sim_eval_w.weight\]: \(2, 8\)"):
+        load_released_checkpoint(path)
+    torch.save({"weights": 1}, path)
+    with pytest.raises(CheckpointError, match="unknown container"):
+        load_released_checkpoint(path)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        load_released_checkpoint(tmp_path / "nope.pth")
+
+
+def test_model_file_is_plain_and_atomic(tmp_path):
+    model = perturbed("saf", 2)
+    path = tmp_path / "sub" / "model.pt"
+    save_model_file(path, model.state_dict(), model.config, epoch=2)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["model.pt"]
+    payload = torch.load(path, weights_only=True)
+    assert payload["epoch"] == 2 and payload["model_config"] == model.config
+    assert load_model_file(path)["version"] == 1
+    assert torch.equal(scores_of(load_model(path)), scores_of(model))
+    with pytest.raises(CheckpointError, match="unknown keys"):
+        build_model_from_config({**model.config, "margin": 0.2})
+    with pytest.raises(ValueError, match="reserved"):
+        save_model_file(path, model.state_dict(), model.config, model=1)
