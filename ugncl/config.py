@@ -88,6 +88,9 @@ class UGNCLConfig:
     lambda_min: int = 5  # theta
     evidential_loss: str = "fused"
     division_batch_size: int | None = None  # null -> train.batch_size (K of the division)
+    # Anneal xi1 linearly from 0 over this many epochs (Sensoy et al. 2018); 0 = constant
+    # (released code). See README "Demo" for why the synthetic demo uses it.
+    kl_anneal_epochs: int = 0
 
 
 @dataclass

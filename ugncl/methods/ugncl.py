@@ -48,6 +48,7 @@ class UGNCLMethod(Method):
         lambda_min: int = 5,
         evidential_loss: str = "fused",
         division_batch_size: int | None = None,
+        kl_anneal_epochs: int = 0,
     ) -> None:
         self.tau = tau
         self.ceiling = evidence_ceiling
@@ -63,6 +64,7 @@ class UGNCLMethod(Method):
         self.lambda_min = lambda_min
         self.evidential_loss = evidential_loss
         self.division_batch_size = division_batch_size
+        self.kl_anneal_epochs = kl_anneal_epochs
         self.division: DivisionResult | None = None
         self._last_stats: dict[str, Any] = {}
         self._last_lambda: int | None = None
@@ -112,7 +114,7 @@ class UGNCLMethod(Method):
             tau=self.tau,
             ceiling=self.ceiling,
             floor=self.floor,
-            kl_weight=self.kl_weight,
+            kl_weight=self.kl_weight_at(ctx.epoch),
             trl_weight=self.trl_weight,
             gamma=self.margin,
             evidential=self.evidential_loss,
@@ -134,6 +136,15 @@ class UGNCLMethod(Method):
             trust_delta=self.trust_delta,
             **common,
         )
+
+    def kl_weight_at(self, epoch: int) -> float:
+        """xi1, optionally annealed as in Sensoy et al. (2018): ``xi1 * min(1, epoch / n)``.
+
+        ``kl_anneal_epochs = 0`` (default) keeps xi1 constant, as the released code does.
+        """
+        if self.kl_anneal_epochs <= 0:
+            return self.kl_weight
+        return self.kl_weight * min(1.0, epoch / self.kl_anneal_epochs)
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> dict[str, Any]:

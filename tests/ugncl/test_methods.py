@@ -1,0 +1,67 @@
+"""Methods: what each returns per step and how warm-up changes it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from precomputed.collate import PairBatch
+from sgraf.model import SGRAF
+from ugncl.losses import triplet_objective
+from ugncl.methods import METHODS, StepContext, TripletMethod, UGNCLMethod
+
+
+def tiny_batch(k: int = 6, views: int = 1) -> tuple[SGRAF, PairBatch]:
+    torch.manual_seed(0)
+    model = SGRAF(20, word_dim=8, img_dim=12, embed_dim=16, sim_dim=8, num_regions=4,
+                  num_views=views)  # fmt: skip
+    lengths = torch.tensor([5, 3, 4, 5, 2, 5][:k])
+    captions = torch.randint(4, 20, (k, 5)) * (torch.arange(5) < lengths[:, None])
+    batch = PairBatch(
+        images=torch.rand(k, 4, 12),
+        captions=captions,
+        lengths=lengths,
+        index=torch.arange(k),
+        image_index=torch.arange(k),
+        clean=torch.ones(k, dtype=torch.bool),
+    )
+    return model, batch
+
+
+def ctx(warmup: bool, epoch: int = 0) -> StepContext:
+    return StepContext(epoch=epoch, global_step=0, warmup=warmup, device=torch.device("cpu"))
+
+
+def test_registry_names_every_method() -> None:
+    assert set(METHODS) == {"triplet", "ugncl"}
+
+
+def test_triplet_uses_all_negatives_only_in_warmup() -> None:
+    model, batch = tiny_batch()
+    model.eval()  # no dropout: the same raw scores for the three calls
+    method = TripletMethod(margin=0.2, max_violation=True)
+    raw = model(batch.images, batch.captions, batch.lengths)
+    warm = method.training_step(model, batch, ctx(warmup=True))["loss_triplet"]
+    main = method.training_step(model, batch, ctx(warmup=False))["loss_triplet"]
+    expected_warm = triplet_objective(raw, margin=0.2, max_violation=False)["loss_triplet"]
+    expected_main = triplet_objective(raw, margin=0.2, max_violation=True)["loss_triplet"]
+    torch.testing.assert_close(warm, expected_warm)
+    torch.testing.assert_close(main, expected_main)
+    assert warm > main  # summing over all negatives >= the hardest one alone
+
+
+def test_ugncl_warmup_step_needs_no_division_but_main_step_does() -> None:
+    model, batch = tiny_batch(views=2)
+    method = UGNCLMethod(lambda_min=2)
+    terms = method.training_step(model, batch, ctx(warmup=True))
+    assert {"loss_edl", "loss_trl"} <= set(terms)
+    assert all(torch.isfinite(v).all() for v in terms.values())
+    with pytest.raises(RuntimeError, match="without a division"):
+        method.training_step(model, batch, ctx(warmup=False, epoch=1))
+
+
+@pytest.mark.parametrize(("anneal", "epoch", "expected"), [(0, 0, 0.1), (0, 5, 0.1), (4, 0, 0.0),
+                                                          (4, 2, 0.05), (4, 9, 0.1)])  # fmt: skip
+def test_kl_weight_annealing(anneal: int, epoch: int, expected: float) -> None:
+    method = UGNCLMethod(kl_weight=0.1, kl_anneal_epochs=anneal)
+    assert method.kl_weight_at(epoch) == pytest.approx(expected)
