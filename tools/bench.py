@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sgraf.functional import l1norm, l2norm
 from sgraf.model import SGRAF, score_all_pairs

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sgraf.checkpoint import load_released_checkpoint, save_model_file
 

@@ -17,7 +17,6 @@ from sgraf.checkpoint import (
     to_released_parts,
 )
 from tests.sgraf.conftest import TINY, VOCAB, make_batch, make_model
-from tools.convert_checkpoint import main as convert_main
 
 E, S, R, D, WD = TINY["embed_dim"], TINY["sim_dim"], TINY["num_regions"], TINY["img_dim"], 6
 
@@ -106,7 +105,7 @@ LAYOUTS = {
 
 @pytest.mark.parametrize("fmt", ["sgraf", "ugncl", "ncr"])
 @pytest.mark.parametrize("head", ["sgr", "saf"])
-def test_released_layout_round_trip(tmp_path, fmt, head):
+def test_released_layout_round_trip(tmp_path, fmt, head, tool):
     img_names, build = LAYOUTS[fmt]
     model = perturbed(head, len(img_names))
     parts = released_parts(model)
@@ -130,13 +129,13 @@ def test_released_layout_round_trip(tmp_path, fmt, head):
     torch.testing.assert_close(scores_of(loaded), scores_of(model), rtol=0, atol=0)
 
     out = tmp_path / "converted.pt"
-    assert convert_main([str(path), str(out)]) == 0
+    assert tool("convert_checkpoint").main([str(path), str(out)]) == 0
     payload = torch.load(out, weights_only=True)  # plain dict, no allow-list needed
     assert payload["version"] == 1 and payload["source"]["format"] == fmt
     torch.testing.assert_close(scores_of(load_model(out)), scores_of(model), rtol=0, atol=0)
 
 
-def test_ncr_which_selects_model_b(tmp_path):
+def test_ncr_which_selects_model_b(tmp_path, tool):
     a, b = perturbed("sgr", 1, seed=1), perturbed("sgr", 1, seed=2)
     path = tmp_path / "ncr.pth.tar"
     torch.save(LAYOUTS["ncr"][1](released_parts(a), released_parts(b)), path)
@@ -145,7 +144,7 @@ def test_ncr_which_selects_model_b(tmp_path):
     assert torch.equal(scores_of(load_model(path)), scores_of(a))
     assert torch.equal(scores_of(load_model(path, which="model_B")), scores_of(b))
     out = tmp_path / "b.pt"
-    convert_main([str(path), str(out), "--which", "model_B"])
+    assert tool("convert_checkpoint").main([str(path), str(out), "--which", "model_B"]) == 0
     assert torch.equal(scores_of(load_model(out)), scores_of(b))
     with pytest.raises(CheckpointError, match="NCR containers only"):
         load_released_checkpoint(tmp_path / "b.pt", which="model_B")
