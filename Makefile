@@ -33,7 +33,7 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix .
 
 bench: $(STAMP)
-	$(PY) tools/bench.py scoring
+	$(PY) tools/bench.py scoring --quick --json
 
 clean:
 	rm -rf runs data/synthetic .pytest_cache
