@@ -22,7 +22,8 @@ demo: $(STAMP)
 
 # pytest's exit code 5 (no test collected) passes through as 5, which .ci/run reports.
 test: $(STAMP)
-	$(PY) -m pytest -q tests; rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests"; exit $$rc
+	@echo "$(PY) -m pytest -q tests"
+	@$(PY) -m pytest -q tests; rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests (exit 5)"; exit $$rc
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
