@@ -1,0 +1,72 @@
+"""Trainer behaviour that the end-to-end tool tests do not reach."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from precomputed.vocab import load_vocab
+from sgraf.model import SGRAF
+from ugncl.config import DataConfig
+from ugncl.engine.device import Precision
+from ugncl.engine.recorder import MetricsRecorder
+from ugncl.engine.trainer import NonFiniteLossError, Trainer, _step_schedule
+from ugncl.experiment import open_data_split
+from ugncl.methods.base import Method
+
+
+class NaNAfterFirstStep(Method):
+    """Returns a finite loss once, then a NaN ``loss_edl`` term."""
+
+    name = "nan"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def training_step(self, model, batch, ctx):
+        self.calls += 1
+        raw = model(batch.images, batch.captions, batch.lengths)
+        value = raw.mean() if self.calls == 1 else raw.mean() * float("nan")
+        return {"loss_edl": value, "loss_trl": raw.mean().abs()}
+
+
+def make_trainer(world: Path, run_dir: Path, method: Method) -> Trainer:
+    data = DataConfig(root=str(world), name="synthetic_precomp")
+    vocab = load_vocab(world / "synthetic_precomp_vocab.json")
+    split = open_data_split(data, "train", vocab, max_images=8)
+    model = SGRAF(len(vocab), word_dim=8, img_dim=64, embed_dim=16, sim_dim=8)
+    run_dir.mkdir()
+    return Trainer(
+        model=model, method=method, train_split=split, dev_split=None, run_dir=run_dir,
+        recorder=MetricsRecorder(run_dir, tensorboard=False), device=torch.device("cpu"),
+        precision=Precision(None, False), seed=0, epochs=1, batch_size=8,
+    )  # fmt: skip
+
+
+def test_non_finite_loss_stops_with_the_term_named(tiny_world: Path, tmp_path: Path) -> None:
+    trainer = make_trainer(tiny_world, tmp_path / "run", NaNAfterFirstStep())
+    with pytest.raises(NonFiniteLossError, match=r"loss term 'loss_edl' is non-finite .* step 1"):
+        trainer.fit()
+    assert trainer.global_step == 1  # the bad step did not update the weights
+
+
+def test_step_schedule_counts_main_epochs_only() -> None:
+    factor = _step_schedule(warmup_epochs=2, lr_update=3, lr_decay=0.1)
+    assert [factor(e) for e in range(8)] == pytest.approx([1, 1, 1, 1, 1, 0.1, 0.1, 0.1])
+
+
+def test_ordered_batches_cover_every_sample_once(tiny_world: Path, tmp_path: Path) -> None:
+    trainer = make_trainer(tiny_world, tmp_path / "run", NaNAfterFirstStep())
+    n = len(trainer.train_dataset)  # 40 captions
+    for batch_size in (8, 12, 17):
+        seen = torch.cat([b.index for b in trainer.ordered_batches(3, batch_size, stream=1)])
+        assert sorted(seen.tolist()) == list(range(n))
+    dropped = list(trainer.ordered_batches(3, 17, stream=0, drop_last=True))
+    assert all(len(b.index) == 17 for b in dropped)
+    first = [b.index for b in trainer.ordered_batches(3, 8, stream=1)]
+    again = [b.index for b in trainer.ordered_batches(3, 8, stream=1)]
+    other = [b.index for b in trainer.ordered_batches(4, 8, stream=1)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other))
