@@ -200,14 +200,8 @@ class Trainer:
         self, epoch: int, terms: dict[str, float], done: int, total: int, started: float
     ) -> None:
         lr = self.optimizer.param_groups[0]["lr"]
-        record = {
-            "epoch": epoch,
-            "step": self.global_step,
-            "lr": lr,
-            **terms,
-            **self.method.stats(),
-        }
-        record = {k: v for k, v in record.items() if not k.startswith(("n_", "noisy_", "clean_"))}
+        record = {"epoch": epoch, "step": self.global_step, "lr": lr, **terms}
+        record.update(self.method.stats())
         self.recorder.write("train", **record)
         elapsed = time.perf_counter() - started
         eta = elapsed / done * (total - done)

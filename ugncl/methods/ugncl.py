@@ -66,7 +66,6 @@ class UGNCLMethod(Method):
         self.division_batch_size = division_batch_size
         self.kl_anneal_epochs = kl_anneal_epochs
         self.division: DivisionResult | None = None
-        self._last_stats: dict[str, Any] = {}
         self._last_lambda: int | None = None
 
     # ------------------------------------------------------------------ epoch start
@@ -96,9 +95,7 @@ class UGNCLMethod(Method):
         finally:
             model.train(was_training)
         self.division = accumulator.result()
-        quality = division_quality(self.division.sets, trainer.train_split.clean)
-        self._last_stats = quality
-        return quality
+        return division_quality(self.division.sets, trainer.train_split.clean)
 
     # ------------------------------------------------------------------ step
     def training_step(
@@ -119,13 +116,13 @@ class UGNCLMethod(Method):
             gamma=self.margin,
             evidential=self.evidential_loss,
         )
-        if ctx.warmup or self.division is None:
-            if not ctx.warmup:
-                raise RuntimeError(
-                    "UGNCL training step after warm-up without a division; "
-                    "on_epoch_start must run before the epoch"
-                )
+        if ctx.warmup:
             return warmup_objective(raw, **common)
+        if self.division is None:
+            raise RuntimeError(
+                "UGNCL training step after warm-up without a division; "
+                "on_epoch_start must run before the epoch"
+            )
         sets, soft_label, u_bar = self.division.lookup(batch.index, device=raw.device)
         return ugncl_objective(
             raw,
@@ -148,10 +145,8 @@ class UGNCLMethod(Method):
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> dict[str, Any]:
-        stats = dict(self._last_stats)
-        if self._last_lambda is not None:
-            stats["lambda"] = self._last_lambda
-        return stats
+        """The hardness schedule's current lambda (the division has its own record)."""
+        return {} if self._last_lambda is None else {"lambda": self._last_lambda}
 
     def state_dict(self) -> dict[str, Any]:
         return {"division": None if self.division is None else self.division.to_state()}
