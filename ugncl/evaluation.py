@@ -39,6 +39,7 @@ __all__ = [
     "default_protocol",
     "encode_split",
     "ensemble",
+    "eval_mode",
     "evaluate_models",
     "evaluate_scores",
     "metric_table",
@@ -82,7 +83,7 @@ class EncodedSplit:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
+def eval_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode and no autograd inside; the caller's train/eval mode is restored after."""
     was_training = model.training
     model.eval()
@@ -132,7 +133,7 @@ def encode_split(
 
     img_emb: Tensor | None = None
     cap_emb: Tensor | None = None
-    with _eval_mode(model):
+    with eval_mode(model):
         for a in range(0, n_img, batch_size):
             b = min(a + batch_size, n_img)
             feats = torch.from_numpy(np.require(split.features.slice(a, b), np.float32, ["C", "W"]))
@@ -231,7 +232,7 @@ def score_matrix(
             f"score_matrix was asked to run on {torch.device(device)} but the model is on "
             f"{_model_device(model)}; move the model with model.to(device) first"
         )
-    with _eval_mode(model):
+    with eval_mode(model):
         scores = score_all_pairs(model, encoded.img_emb, encoded.cap_emb, encoded.lengths, **kwargs)
     scores = scores.float().cpu().numpy()
     expected = (encoded.num_images, encoded.num_captions)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from precomputed._io import atomic_open
 
 CHECKPOINT_VERSION = 1
 
@@ -23,17 +24,10 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     A crash mid-write leaves the previous file intact, never a truncated one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as handle:
+        torch.save(state, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
     return path
 
 

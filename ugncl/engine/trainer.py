@@ -218,7 +218,6 @@ class Trainer:
     ) -> dict[str, Any]:
         """Encode ``split`` once, score all pairs in shards, write one ``event`` record per
         protocol section (e.g. COCO ``testall/5fold`` and ``testall/5k``); returns the first."""
-        was_training = self.model.training
         results, _ = evaluate_models(
             [self.model],
             split,
@@ -229,7 +228,6 @@ class Trainer:
             device=self.device,
             memory_budget_bytes=self.memory_budget_bytes,
         )
-        self.model.train(was_training)
         for section, metrics in results.items():
             name = split.split if section in {"full", "1k"} else f"{split.split}/{section}"
             self.recorder.write(event, epoch=epoch, split=name, **metrics)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import Tensor, nn
 
 from precomputed.collate import PairBatch
 from ugncl.division import DivisionAccumulator, DivisionResult, divide_batch, division_quality
+from ugncl.evaluation import eval_mode
 from ugncl.losses import lambda_schedule, ugncl_objective, warmup_objective
 from ugncl.methods.base import Method, StepContext
 
@@ -69,16 +69,13 @@ class UGNCLMethod(Method):
         self._last_lambda: int | None = None
 
     # ------------------------------------------------------------------ epoch start
-    @torch.no_grad()
     def on_epoch_start(self, trainer: Trainer, epoch: int) -> dict[str, Any] | None:
         if epoch < trainer.warmup_epochs:
             return None
         batch_size = self.division_batch_size or trainer.batch_size
         model = trainer.model
-        was_training = model.training
-        model.eval()
         accumulator = DivisionAccumulator(trainer.train_split.num_captions)
-        try:
+        with eval_mode(model):
             for batch in trainer.ordered_batches(epoch, batch_size, stream=DIVISION_STREAM):
                 batch = batch.to(trainer.device)
                 with trainer.precision.autocast(trainer.device):
@@ -92,8 +89,6 @@ class UGNCLMethod(Method):
                     epsilon=self.epsilon,
                 )
                 accumulator.add(batch.index.cpu(), division)
-        finally:
-            model.train(was_training)
         self.division = accumulator.result()
         return division_quality(self.division.sets, trainer.train_split.clean)
 
