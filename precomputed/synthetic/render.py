@@ -161,7 +161,7 @@ def _background(scene_type: str, size: int) -> Image.Image:
     top, bottom, horizon, stripes = BACKGROUNDS[scene_type]
     img = Image.new("RGB", (size, size), top)
     draw = ImageDraw.Draw(img)
-    y0 = int(round(horizon * size))
+    y0 = round(horizon * size)
     draw.rectangle((0, y0, size, size), fill=bottom)
     if stripes is not None:
         shade = tuple(int(c * 0.85) for c in bottom)

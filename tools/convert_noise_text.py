@@ -1,0 +1,87 @@
+"""Convert NPC/SDD/OSA noisy-caption text files to this package's NCR noise index, or back.
+
+Examples::
+
+    python tools/convert_noise_text.py \\
+        --clean-caps data/f30k/annotations/scan_split/train_caps.txt \\
+        --noisy-caps data/f30k/annotations/scan_split/0.4_noise_train_caps.txt \\
+        --captions-per-image 5 --out noise/f30k_npc_0.4.npy
+    python tools/convert_noise_text.py --clean-caps .../train_caps.txt --captions-per-image 5 \\
+        --noise-index noise/f30k_0.4_seed0.npy --to-text .../0.4_noise_train_caps.txt
+
+The index (1-D int64: clean caption k -> image) drives both the precomputed and the CLIP track;
+its sha256 is printed. Identical caption strings are resolved as documented in
+``precomputed/noise_text.py`` (the reading with the most clean pairs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from precomputed._io import atomic_open
+from precomputed.captions import read_captions_txt
+from precomputed.errors import DataFormatError, DataNotFoundError
+from precomputed.noise import clean_image_index, load_noise_index, noise_sha256, save_noise_index
+from precomputed.noise_text import caption_index_to_noisy_text, read_noisy_caption_index
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--clean-caps", required=True, help="clean train_caps.txt (SCAN order)")
+    p.add_argument("--captions-per-image", type=int, required=True, help="5 F30K/COCO, 1 CC")
+    p.add_argument("--noisy-caps", help="{r}_noise_train_caps.txt to convert")
+    p.add_argument("--out", help="output NCR noise index (.npy)")
+    p.add_argument("--noise-index", help="NCR noise index (.npy) to write as text")
+    p.add_argument("--to-text", help="output noisy-caption text file")
+    args = p.parse_args(argv)
+    forward = args.noisy_caps is not None or args.out is not None
+    backward = args.noise_index is not None or args.to_text is not None
+    if (
+        forward == backward
+        or (forward and None in (args.noisy_caps, args.out))
+        or (backward and None in (args.noise_index, args.to_text))
+    ):
+        p.error("give either --noisy-caps and --out, or --noise-index and --to-text")
+    if args.captions_per_image < 1:
+        p.error(f"--captions-per-image must be >= 1, got {args.captions_per_image}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cpi = args.captions_per_image
+    try:
+        if args.noisy_caps is not None:
+            index = read_noisy_caption_index(args.clean_caps, args.noisy_caps, cpi)
+            save_noise_index(args.out, index)
+            target = args.out
+        else:
+            clean = read_captions_txt(args.clean_caps)
+            if len(clean) % cpi:
+                raise DataFormatError(
+                    f"{args.clean_caps}: {len(clean)} captions are not a multiple of "
+                    f"--captions-per-image {cpi}"
+                )
+            index = load_noise_index(
+                args.noise_index, num_images=len(clean) // cpi, captions_per_image=cpi
+            )
+            lines = caption_index_to_noisy_text(clean, index, cpi)
+            with atomic_open(args.to_text, "w", encoding="utf-8", newline="\n") as f:
+                f.writelines(f"{line}\n" for line in lines)
+            target = args.to_text
+    except (DataNotFoundError, DataFormatError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    noisy = int(np.count_nonzero(index != clean_image_index(len(index) // cpi, cpi)))
+    print(f"wrote {target}: {len(index)} captions, {noisy} paired with another image")
+    print(f"sha256 {noise_sha256(index)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

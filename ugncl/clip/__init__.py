@@ -1,0 +1,1 @@
+"""The CLIP track: raw-image data (and, at merge, the open_clip backbone)."""
