@@ -37,6 +37,7 @@ from .noise import clean_image_index
 
 __all__ = [
     "ANNOTATION_LAYOUTS",
+    "IMAGE_DATASETS",
     "IMAGE_NAMINGS",
     "ImageSplit",
     "ImageSplitPaths",
@@ -50,6 +51,13 @@ __all__ = [
 IMAGE_NAMINGS = ("f30k", "coco", "cc")
 # Folder of the annotation files under <root>: NPC/SDD and OSA.
 ANNOTATION_LAYOUTS = {"scan_split": Path("annotations/scan_split"), "osa": Path("annotations")}
+# Defaults of the known datasets, (naming, captions per image); configs still state them.
+IMAGE_DATASETS = {
+    "f30k": ("f30k", 5),
+    "coco": ("coco", 5),
+    "cc120k": ("cc", 1),
+    "synthetic_clip": ("f30k", 5),  # tools/render_synthetic.py
+}
 _NAMING_HINT = {
     "f30k": "Flickr30K images under their original names, listed in image_name.txt",
     "coco": "COCO images renamed to COCO_2014_<12-digit id>.jpg (NPC's dataset/MSCOCO_rename.py)",
