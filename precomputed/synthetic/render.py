@@ -1,10 +1,10 @@
 """The synthetic world as RGB images, written in the CLIP (NPC/SDD) layout.
 
 :func:`render_scene` draws one scene record (a line of ``{split}_scenes.jsonl``): a background
-per scene type, then every object as a category glyph in its colour, size and position, with a
-dark outline so light colours stay visible on light backgrounds. The picture depends only on
-the record and the size (small jitter comes from a sha256 of the record, not from global
-state), so a world renders identically on every machine.
+per scene type, then every object as a category glyph in its colour, size and position, with an
+outline (dark, or light for black objects) so every colour stays visible on every background.
+The picture depends only on the record and the size (small jitter comes from a sha256 of the
+record, not from global state), so a world renders identically on every machine.
 
 :func:`write_clip_images` renders every scene of a generated world next to its region
 features, with the same captions, splits and order, in the Flickr30K NPC/SDD layout::
@@ -142,6 +142,7 @@ CENTRES = {
 SIDES = {"small": 0.2, "large": 0.36}
 _JITTER = 0.04  # max centre offset (fraction of the side), per object, from the record hash
 _OUTLINE = (20, 20, 20)
+_LIGHT_OUTLINE = (225, 225, 225)  # for black objects, which vanish on the dark stage otherwise
 
 
 def image_file_name(split: str, index: int, fmt: str = "png") -> str:
@@ -231,19 +232,20 @@ def render_scene(scene: dict, size: int) -> Image.Image:
         x0 = (cx + jitter[i, 0]) * size - side / 2
         y0 = (cy + jitter[i, 1]) * size - side / 2
         colour = COLOUR_RGB[obj["colour"]]
+        outline = _LIGHT_OUTLINE if sum(colour) < 120 else _OUTLINE
         for part in GLYPHS[obj["category"]]:
             kind, geom = part[0], part[1]
             fill = _dark(colour) if len(part) > 2 else colour
             if kind == "p":
                 pts = [(x0 + x * side, y0 + y * side) for x, y in geom]
-                draw.polygon(pts, fill=fill, outline=_OUTLINE)
+                draw.polygon(pts, fill=fill, outline=outline)
                 continue
             box = (x0 + geom[0] * side, y0 + geom[1] * side,
                    x0 + geom[2] * side, y0 + geom[3] * side)  # fmt: skip
             if kind == "e":
-                draw.ellipse(box, fill=fill, outline=_OUTLINE)
+                draw.ellipse(box, fill=fill, outline=outline)
             else:
-                draw.rectangle(box, fill=fill, outline=_OUTLINE)
+                draw.rectangle(box, fill=fill, outline=outline)
     return img
 
 
