@@ -14,7 +14,7 @@ from precomputed.synthetic.world import CATEGORIES, COLOURS, SCENE_TYPES
 from precomputed.tokenizer import tokenize_caption
 from precomputed.vocab import load_vocab
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures, see README there
 TINY = dict(num_train=12, num_dev=6, num_test=6, regions=36, feature_dim=64)
 
 

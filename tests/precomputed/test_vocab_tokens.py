@@ -8,7 +8,7 @@ from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.tokens import TokenizedCaptions
 from precomputed.vocab import SPECIALS, Vocabulary, build_vocab, load_vocab
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures, see README there
 
 
 @pytest.mark.parametrize("name,size", [("f30k", 8481), ("coco", 11353)])
