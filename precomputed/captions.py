@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import DataFormatError, DataNotFoundError
+from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 
 __all__ = ["check_caption_count", "read_captions", "read_captions_tsv", "read_captions_txt"]
 
@@ -80,11 +80,11 @@ def check_caption_count(
     """Check ``num_captions == captions_per_image * num_images``.
 
     Raises:
-        ValueError: bad ``captions_per_image``.
+        InvalidSettingError (a ValueError): bad ``captions_per_image``.
         DataFormatError: the counts do not match; says both counts and what would match.
     """
     if captions_per_image < 1:
-        raise ValueError(f"captions_per_image must be >= 1, got {captions_per_image}")
+        raise InvalidSettingError(f"captions_per_image must be >= 1, got {captions_per_image}")
     if num_captions == captions_per_image * num_images:
         return
     hints = []

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .captions import check_caption_count, read_captions
-from .errors import DataFormatError
+from .errors import DataFormatError, InvalidSettingError
 from .features import FeatureStore, open_features
 from .layout import locate_split
 from .noise import clean_image_index
@@ -84,7 +84,7 @@ def open_split(
         allow_nonfinite: accept NaN/inf features.
 
     Raises:
-        DataNotFoundError, DataFormatError, ValueError: see messages.
+        DataNotFoundError, DataFormatError, InvalidSettingError: see messages.
     """
     paths = locate_split(root, name, split)
     features = open_features(paths.features, allow_nonfinite=allow_nonfinite)
@@ -93,7 +93,7 @@ def open_split(
     check_caption_count(len(captions), n_img, captions_per_image, where=str(paths.captions))
     if max_images is not None:
         if not max_images >= 1:
-            raise ValueError(f"max_images must be >= 1 or None, got {max_images}")
+            raise InvalidSettingError(f"max_images must be >= 1 or None, got {max_images}")
         n_img = min(n_img, int(max_images))
         captions = captions[: n_img * captions_per_image]
     true_image = clean_image_index(n_img, captions_per_image)

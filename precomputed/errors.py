@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "CheckpointNotFoundError",
     "DataFormatError",
     "DataNotFoundError",
     "InvalidSettingError",
@@ -40,3 +41,7 @@ class InvalidSettingError(UserError, ValueError):
 class CheckpointError(UserError, ValueError):
     """A checkpoint file is missing, unreadable, or not in a known layout (sgraf model files,
     released SGRAF/NCR/UGNCL containers and trainer checkpoints alike)."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint file at the given path."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import atomic_open
-from .errors import DataFormatError, DataNotFoundError
+from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 from .tokenizer import tokenize_caption
 
 __all__ = ["SPECIALS", "Vocabulary", "build_vocab", "load_vocab"]
@@ -129,7 +129,7 @@ def build_vocab(captions: Iterable[str], min_count: int = 4) -> Vocabulary:
         min_count: minimum number of occurrences (SCAN: 4).
     """
     if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}")
+        raise InvalidSettingError(f"min_count must be >= 1, got {min_count}")
     counter: Counter[str] = Counter()
     for caption in captions:
         counter.update(tokenize_caption(caption))
