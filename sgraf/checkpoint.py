@@ -117,6 +117,18 @@ def read_torch_file(
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         raise CheckpointError(_unsafe_message(path, err, allowed_globals)) from err
+    except AttributeError as err:
+        if head != _LEGACY_MAGIC or "UntypedStorage" not in str(err):
+            raise
+        # torch's legacy reader needs a typed storage class (torch.FloatStorage, as torch <= 1.5
+        # and the SGRAF/NCR releases wrote); only torch >= 2.0 can write a bare UntypedStorage
+        # into the legacy format, and torch itself cannot read that back, weights-only or not.
+        raise CheckpointError(
+            f"{path} is in the legacy (pre-1.6) torch format but holds an untyped storage, "
+            "which only torch >= 2.0 writes and no torch version reads back; it is not a "
+            "released SGRAF/NCR file. Re-save it from where it was made with the default "
+            "format: torch.save(obj, path) without _use_new_zipfile_serialization=False"
+        ) from err
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
         raise CheckpointError(
             f"checkpoint {path} ({size} bytes) is truncated or corrupt and cannot be read "

@@ -284,3 +284,13 @@ def test_one_checkpoint_error_hierarchy():
     assert issubclass(CheckpointError, UserError)
     assert issubclass(CheckpointNotFoundError, CheckpointError)
     assert issubclass(CheckpointNotFoundError, FileNotFoundError)
+
+
+def test_legacy_file_with_untyped_storage_is_explained(tmp_path):
+    """torch >= 2.0 can write a bare UntypedStorage in the legacy format; torch cannot read it."""
+    path = tmp_path / "odd.pth.tar"
+    torch.save({"s": torch.ones(3).untyped_storage()}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(AttributeError):
+        torch.load(path, weights_only=False)  # torch itself fails, whatever the mode
+    with pytest.raises(CheckpointError, match="holds an untyped storage.*Re-save it"):
+        load_released_checkpoint(path)
