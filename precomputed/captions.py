@@ -15,8 +15,15 @@ def _lines(path: Path) -> list[str]:
             f"caption file {path} not found; expected {path.name} with one caption per line "
             "(.txt) or image id TAB caption (.tsv)"
         )
-    with open(path, encoding="utf-8", newline=None) as f:
-        return f.read().splitlines()
+    try:
+        with open(path, encoding="utf-8", newline=None) as f:
+            return f.read().splitlines()
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise DataFormatError(
+            f"caption file {path} is not UTF-8 text (line {line}, byte {err.start}: {err.reason}); "
+            "re-encode it as UTF-8, e.g. iconv -f latin1 -t utf-8"
+        ) from err
 
 
 def _check_nonempty(path: Path, lineno: int, caption: str) -> None:

@@ -182,13 +182,14 @@ def load_noise_index(
             )
         raise DataFormatError(
             f"noise file {path} has length {len(index)}; expected one image index per caption "
-            f"({num_captions} = {num_images} images x {captions_per_image})"
+            f"({num_captions} = {num_images} images x {captions_per_image}); it was written for "
+            "another split or subset: write one for this split with tools/make_noise.py"
         )
     lo, hi = (int(index.min()), int(index.max())) if len(index) else (0, 0)
     if len(index) and (lo < 0 or hi >= num_images):
         raise DataFormatError(
             f"noise file {path} has values in [{lo}, {hi}]; image indices must lie in "
-            f"[0, {num_images}) for this split"
+            f"[0, {num_images}) for this split: write one for this split with tools/make_noise.py"
         )
     index = index.astype(np.int64)
     if fmt == "image":
