@@ -141,18 +141,29 @@ def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else ""
 
 
+def _unpickler_reason(err: BaseException) -> str:
+    """The weights-only unpickler's own reason, without torch's advice to load unsafely."""
+    text = str(err)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    reason = text.strip().split(". ")[0].splitlines()[0] if text.strip() else ""
+    return re.sub(r"\x1b\[[0-9;]*m", "", reason)
+
+
 def _unsafe_message(path: Path, err: BaseException, allowed: Sequence[Any]) -> str:
+    reason = _unpickler_reason(err)
     try:
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
     except Exception:  # the legacy format is not supported by this helper
-        unsafe = []
+        unsafe = re.findall(r"GLOBAL (\S+)", reason)
     names = [getattr(a, "__qualname__", str(a)) for a in allowed]
     message = (
-        f"{path} holds objects that a weights-only load does not build (no code from the file "
-        f"was run): {_first_line(err)}; globals outside the allow-list {names or '[]'}: "
-        f"{unsafe or 'see above'}."
+        f"{path} holds objects that a weights-only load does not build, so it was not loaded "
+        f"(no code from the file was run): {reason}; allowed besides tensors and containers: "
+        f"{names or 'nothing'}; globals outside that list: {unsafe or 'unknown'}."
     )
-    if any("argparse" in name for name in unsafe) or "argparse" in str(err):
+    if any("argparse" in name for name in unsafe):
         message += (
             " Released SGRAF/NCR/UGNCL checkpoints (they hold an argparse.Namespace) are "
             f"converted with: python tools/convert_checkpoint.py {path} OUT.pt"

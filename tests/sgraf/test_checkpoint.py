@@ -294,3 +294,17 @@ def test_legacy_file_with_untyped_storage_is_explained(tmp_path):
         torch.load(path, weights_only=False)  # torch itself fails, whatever the mode
     with pytest.raises(CheckpointError, match="holds an untyped storage.*Re-save it"):
         load_released_checkpoint(path)
+
+
+@pytest.mark.parametrize("zip_format", [True, False])
+def test_plain_reader_points_released_files_to_the_converter(tmp_path, zip_format):
+    """``read_torch_file`` without an allow-list (the trainer's checkpoints) names the global
+    and sends released containers, and only those, to tools/convert_checkpoint.py."""
+    from sgraf.checkpoint import read_torch_file
+
+    ckpt, _ = _sgraf_container()
+    path = tmp_path / "model_best.pth.tar"
+    torch.save(ckpt, path, _use_new_zipfile_serialization=zip_format)
+    with pytest.raises(CheckpointError, match=r"GLOBAL argparse\.Namespace.*convert_checkpoint"):
+        read_torch_file(path)
+    assert read_torch_file(path, allowed_globals=[argparse.Namespace])["epoch"] == 3
