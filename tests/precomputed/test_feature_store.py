@@ -183,3 +183,19 @@ def test_record_with_allow_nonfinite_still_refuses_later(tmp_path, scan_calls):
     with pytest.raises(DataFormatError, match="1 non-finite"):
         open_features(path)  # from the record, without a second scan
     assert len(scan_calls) == 1
+
+
+def test_scan_record_falls_back_to_the_user_cache(tmp_path, scan_calls, monkeypatch):
+    """Where no record can be written beside the file (read-only data), the cache holds it."""
+    from precomputed.features import scan_record_paths
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "data" / "x.npy"
+    path.parent.mkdir()
+    np.save(path, np.ones((3, 2, 4), np.float32))
+    beside, cached = scan_record_paths(path)
+    beside.mkdir()  # occupies the sidecar's name: writing it fails like a read-only folder
+    open_features(path).close()
+    open_features(path).close()
+    assert cached.is_file() and cached.parent == tmp_path / "cache" / "precomputed" / "finite"
+    assert len(scan_calls) == 1
