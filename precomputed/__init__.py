@@ -6,7 +6,7 @@ numpy-only users (tools/make_synthetic.py, the feature scan) do not pay for impo
 
 import importlib
 
-from .errors import DataFormatError, DataNotFoundError
+from .errors import DataFormatError, DataNotFoundError, InvalidSettingError, UserError
 from .features import FeatureStore, open_features
 from .layout import KNOWN_DATASETS, DatasetDefaults, SplitPaths, locate_split
 from .noise import (
@@ -27,11 +27,13 @@ __all__ = [
     "DataNotFoundError",
     "DatasetDefaults",
     "FeatureStore",
+    "InvalidSettingError",
     "PairBatch",
     "PairDataset",
     "PrecomputedSplit",
     "SplitPaths",
     "TokenizedCaptions",
+    "UserError",
     "Vocabulary",
     "build_vocab",
     "clean_image_index",

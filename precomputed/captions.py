@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import DataFormatError, DataNotFoundError
+from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 
 __all__ = ["check_caption_count", "read_captions", "read_captions_tsv", "read_captions_txt"]
 
@@ -15,8 +15,15 @@ def _lines(path: Path) -> list[str]:
             f"caption file {path} not found; expected {path.name} with one caption per line "
             "(.txt) or image id TAB caption (.tsv)"
         )
-    with open(path, encoding="utf-8", newline=None) as f:
-        return f.read().splitlines()
+    try:
+        with open(path, encoding="utf-8", newline=None) as f:
+            return f.read().splitlines()
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise DataFormatError(
+            f"caption file {path} is not UTF-8 text (line {line}, byte {err.start}: {err.reason}); "
+            "re-encode it as UTF-8, e.g. iconv -f latin1 -t utf-8"
+        ) from err
 
 
 def _check_nonempty(path: Path, lineno: int, caption: str) -> None:
@@ -80,11 +87,11 @@ def check_caption_count(
     """Check ``num_captions == captions_per_image * num_images``.
 
     Raises:
-        ValueError: bad ``captions_per_image``.
+        InvalidSettingError (a ValueError): bad ``captions_per_image``.
         DataFormatError: the counts do not match; says both counts and what would match.
     """
     if captions_per_image < 1:
-        raise ValueError(f"captions_per_image must be >= 1, got {captions_per_image}")
+        raise InvalidSettingError(f"captions_per_image must be >= 1, got {captions_per_image}")
     if num_captions == captions_per_image * num_images:
         return
     hints = []

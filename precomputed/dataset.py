@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,14 +10,16 @@ import numpy as np
 import torch
 
 from .captions import check_caption_count, read_captions
-from .errors import DataFormatError
+from .errors import DataFormatError, InvalidSettingError
 from .features import FeatureStore, open_features
 from .layout import locate_split
 from .noise import clean_image_index
-from .tokens import TokenizedCaptions
+from .tokens import DEFAULT_MAX_CAPTION_TOKENS, TokenizedCaptions
 from .vocab import Vocabulary
 
 __all__ = ["PairDataset", "PrecomputedSplit", "open_split"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,6 +60,11 @@ class PrecomputedSplit:
     def num_captions(self) -> int:
         return len(self.tokens)
 
+    @property
+    def num_truncated_captions(self) -> int:
+        """Captions cut to ``max_caption_tokens`` when the split was opened."""
+        return self.tokens.num_truncated
+
 
 def open_split(
     root: str | Path,
@@ -68,6 +76,7 @@ def open_split(
     max_images: int | None = None,
     noise_index: np.ndarray | None = None,
     allow_nonfinite: bool = False,
+    max_caption_tokens: int | None = DEFAULT_MAX_CAPTION_TOKENS,
 ) -> PrecomputedSplit:
     """Open ``<root>/<name>/{split}_*`` with explicit captions-per-image and subset size.
 
@@ -82,9 +91,12 @@ def open_split(
         noise_index: (N_cap,) caption -> image map of the (subset) split, e.g. from
             :func:`~precomputed.noise.load_noise_index`; None means clean.
         allow_nonfinite: accept NaN/inf features.
+        max_caption_tokens: cap on token ids per caption (``<start>``/``<end>`` included;
+            default 100, far above any caption of the released datasets); longer captions
+            are cut and counted, with one warning per split. None: no cap.
 
     Raises:
-        DataNotFoundError, DataFormatError, ValueError: see messages.
+        DataNotFoundError, DataFormatError, InvalidSettingError: see messages.
     """
     paths = locate_split(root, name, split)
     features = open_features(paths.features, allow_nonfinite=allow_nonfinite)
@@ -93,7 +105,7 @@ def open_split(
     check_caption_count(len(captions), n_img, captions_per_image, where=str(paths.captions))
     if max_images is not None:
         if not max_images >= 1:
-            raise ValueError(f"max_images must be >= 1 or None, got {max_images}")
+            raise InvalidSettingError(f"max_images must be >= 1 or None, got {max_images}")
         n_img = min(n_img, int(max_images))
         captions = captions[: n_img * captions_per_image]
     true_image = clean_image_index(n_img, captions_per_image)
@@ -101,7 +113,18 @@ def open_split(
         image_index = true_image.copy()
     else:
         image_index = _check_noise(noise_index, n_img, len(true_image), len(features), max_images)
-    tokens = TokenizedCaptions.from_texts(captions, vocab)
+    tokens = TokenizedCaptions.from_texts(captions, vocab, max_tokens=max_caption_tokens)
+    if tokens.num_truncated:
+        logger.warning(
+            "%s/%s: %d of %d captions are longer than max_caption_tokens=%d and were cut to "
+            "their first %d words",
+            name,
+            split,
+            tokens.num_truncated,
+            len(tokens),
+            max_caption_tokens,
+            max_caption_tokens - 2,
+        )
     if max_images is not None and n_img < len(features):
         features = _SubsetStore(features, n_img)
     return PrecomputedSplit(

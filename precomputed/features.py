@@ -5,22 +5,35 @@ is opened with ``np.load(mmap_mode="r")``, HDF5 reads only the requested rows, a
 check at open streams the file through one bounded buffer (plain reads, not the memory map, so
 the pages it touches do not stay in this process's resident set).
 
+The scan runs once per file version: its result is recorded in a sidecar ``<file>.finite.json``
+keyed by the file's size, ``mtime_ns`` and a hash of its first 64 KiB (the ``.npy`` header,
+the HDF5 superblock), written atomically after a successful scan. A later open that finds a
+matching record skips the re-read; any change to the file (a rewrite changes ``mtime_ns``)
+makes it rescan. Where the data folder is read-only the record goes to
+``$XDG_CACHE_HOME/precomputed/finite/`` (default ``~/.cache``) instead.
+
 dtype: float32 is the layout's dtype. float16 files are accepted and upcast to float32 on read
 (half the disk for the same model inputs); any other dtype is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from pathlib import Path
 
 import numpy as np
 
+from ._io import atomic_open
 from .errors import DataFormatError, DataNotFoundError
 
-__all__ = ["FeatureStore", "count_nonfinite", "open_features"]
+__all__ = ["FeatureStore", "count_nonfinite", "open_features", "scan_record_paths"]
 
 ACCEPTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 SCAN_CHUNK_BYTES = 16 * 2**20  # bound on the buffer used by the NaN/inf scan
+SCAN_RECORD_VERSION = 1
+_HEAD_BYTES = 64 * 2**10  # hashed into the scan record key (header / superblock)
 
 
 class FeatureStore:
@@ -82,9 +95,7 @@ class FeatureStore:
     def __setstate__(self, state: dict) -> None:
         path = Path(state["path"])
         if path.suffix == ".h5":
-            import h5py
-
-            f = h5py.File(path, "r")
+            f = _open_h5(path)
             self.__init__(path, f["features"], h5file=f)
         else:
             self.__init__(path, np.load(path, mmap_mode="r"))
@@ -136,9 +147,7 @@ def count_nonfinite(path: str | Path, *, chunk_bytes: int = SCAN_CHUNK_BYTES) ->
     """
     path = Path(path)
     if path.suffix == ".h5":
-        import h5py
-
-        with h5py.File(path, "r") as f:
+        with _open_h5(path) as f:
             ds = _h5_dataset(f, path)
             row_bytes = max(1, int(np.prod(ds.shape[1:])) * ds.dtype.itemsize)
             step = max(1, chunk_bytes // row_bytes)
@@ -166,6 +175,79 @@ def count_nonfinite(path: str | Path, *, chunk_bytes: int = SCAN_CHUNK_BYTES) ->
             count += int(np.count_nonzero(~np.isfinite(buf[:n])))
             remaining -= n
     return count
+
+
+def _check_npy_size(path: Path, shape: tuple[int, ...], dtype: np.dtype, offset: int) -> None:
+    expected = offset + int(np.prod(shape)) * dtype.itemsize
+    size = path.stat().st_size
+    if size < expected:
+        raise DataFormatError(
+            f"{path} is truncated: {size} bytes, but its header promises shape {shape} "
+            f"{dtype} = {expected} bytes; the copy or download was cut short, copy the file again"
+        )
+
+
+def _open_h5(path: Path):
+    import h5py
+
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:  # h5py's message does not name the file
+        raise DataFormatError(
+            f"{path} is not a readable HDF5 file ({err}); copy the file again, or store the "
+            "(N, R, D) float32 features as .npy instead"
+        ) from err
+
+
+def _scan_key(path: Path) -> dict:
+    stat = path.stat()
+    with open(path, "rb") as f:
+        head = hashlib.sha256(f.read(_HEAD_BYTES)).hexdigest()
+    return {
+        "version": SCAN_RECORD_VERSION,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "head_sha256": head,
+    }
+
+
+def scan_record_paths(path: str | Path) -> list[Path]:
+    """Where the NaN/inf scan record of ``path`` may live: beside it, then in the user cache."""
+    path = Path(path).resolve()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:32]
+    return [
+        path.with_name(f"{path.name}.finite.json"),
+        cache / "precomputed" / "finite" / f"{digest}.json",
+    ]
+
+
+def _recorded_nonfinite(path: Path) -> int | None:
+    """The recorded NaN/inf count if a record matches the file as it is now, else None."""
+    key = None
+    for record_path in scan_record_paths(path):
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        key = key or _scan_key(path)
+        if isinstance(record, dict) and {k: record.get(k) for k in key} == key:
+            count = record.get("nonfinite")
+            if isinstance(count, int) and count >= 0:
+                return count
+    return None
+
+
+def _record_nonfinite(path: Path, count: int) -> None:
+    """Write the scan record (best effort: a read-only place is skipped)."""
+    record = {**_scan_key(path), "nonfinite": int(count)}
+    for record_path in scan_record_paths(path):
+        try:
+            with atomic_open(record_path, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+            return
+        except OSError:
+            continue
 
 
 def _h5_dataset(f, path: Path):
@@ -198,9 +280,7 @@ def open_features(path: str | Path, *, allow_nonfinite: bool = False) -> Feature
             "dataset 'features'"
         )
     if path.suffix == ".h5":
-        import h5py
-
-        f = h5py.File(path, "r")
+        f = _open_h5(path)
         try:
             ds = _h5_dataset(f, path)
             _validate(path, tuple(ds.shape), np.dtype(ds.dtype))
@@ -209,12 +289,16 @@ def open_features(path: str | Path, *, allow_nonfinite: bool = False) -> Feature
             raise
         store = FeatureStore(path, ds, h5file=f)
     else:
-        shape, dtype, fortran, _ = _npy_header(path)
+        shape, dtype, fortran, offset = _npy_header(path)
         _validate(path, shape, dtype)
         if fortran:
             raise DataFormatError(f"{path} is Fortran-ordered; save it C-contiguous")
+        _check_npy_size(path, shape, dtype, offset)
         store = FeatureStore(path, np.load(path, mmap_mode="r"))
-    bad = count_nonfinite(path)
+    bad = _recorded_nonfinite(path)
+    if bad is None:
+        bad = count_nonfinite(path)
+        _record_nonfinite(path, bad)
     if bad and not allow_nonfinite:
         store.close()
         raise DataFormatError(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DataFormatError, DataNotFoundError
+from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 
 __all__ = ["KNOWN_DATASETS", "SPLITS", "DatasetDefaults", "SplitPaths", "locate_split"]
 
@@ -91,12 +91,12 @@ def locate_split(root: str | Path, name: str, split: str) -> SplitPaths:
         The resolved paths.
 
     Raises:
-        ValueError: unknown split name.
+        InvalidSettingError (a ValueError): unknown split name.
         DataNotFoundError: the folder or one of the files is missing; lists every path tried.
         DataFormatError: both ``.npy`` and ``.h5`` (or ``.txt`` and ``.tsv``) exist.
     """
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)}")
+        raise InvalidSettingError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)}")
     root = Path(root).expanduser()
     folders = _candidate_folders(root, name)
     tried: list[Path] = []

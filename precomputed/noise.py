@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import atomic_open
-from .errors import DataFormatError, DataNotFoundError
+from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 
 __all__ = [
     "clean_image_index",
@@ -34,7 +34,7 @@ __all__ = [
 def clean_image_index(num_images: int, captions_per_image: int) -> np.ndarray:
     """The clean caption -> image map ``k // captions_per_image``, (N_cap,) int64."""
     if num_images < 0 or captions_per_image < 1:
-        raise ValueError(
+        raise InvalidSettingError(
             f"need num_images >= 0 and captions_per_image >= 1, got {num_images}, "
             f"{captions_per_image}"
         )
@@ -44,7 +44,10 @@ def clean_image_index(num_images: int, captions_per_image: int) -> np.ndarray:
 def _check_ratio(ratio: float) -> float:
     r = float(ratio)
     if not math.isfinite(r) or not 0.0 <= r < 1.0:
-        raise ValueError(f"noise ratio must be in [0, 1), got {ratio!r}")
+        raise InvalidSettingError(
+            f"noise ratio must be in [0, 1) (the share of captions paired with another image), "
+            f"got {ratio!r}; pass a value below 1, e.g. 0.2 or 0.5"
+        )
     return r
 
 
@@ -107,7 +110,7 @@ def image_permutation_to_caption_index(perm: np.ndarray, captions_per_image: int
             f"got shape {perm.shape} dtype {perm.dtype}"
         )
     if captions_per_image < 1:
-        raise ValueError(f"captions_per_image must be >= 1, got {captions_per_image}")
+        raise InvalidSettingError(f"captions_per_image must be >= 1, got {captions_per_image}")
     return np.repeat(perm.astype(np.int64), captions_per_image)
 
 
@@ -179,13 +182,14 @@ def load_noise_index(
             )
         raise DataFormatError(
             f"noise file {path} has length {len(index)}; expected one image index per caption "
-            f"({num_captions} = {num_images} images x {captions_per_image})"
+            f"({num_captions} = {num_images} images x {captions_per_image}); it was written for "
+            "another split or subset: write one for this split with tools/make_noise.py"
         )
     lo, hi = (int(index.min()), int(index.max())) if len(index) else (0, 0)
     if len(index) and (lo < 0 or hi >= num_images):
         raise DataFormatError(
             f"noise file {path} has values in [{lo}, {hi}]; image indices must lie in "
-            f"[0, {num_images}) for this split"
+            f"[0, {num_images}) for this split: write one for this split with tools/make_noise.py"
         )
     index = index.astype(np.int64)
     if fmt == "image":

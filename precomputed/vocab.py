@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import atomic_open
-from .errors import DataFormatError, DataNotFoundError
+from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 from .tokenizer import tokenize_caption
 
 __all__ = ["SPECIALS", "Vocabulary", "build_vocab", "load_vocab"]
@@ -92,8 +92,11 @@ def load_vocab(path: str | Path) -> Vocabulary:
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise DataFormatError(f"vocabulary {path} is not valid JSON: {err}") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataFormatError(
+            f"vocabulary {path} is not valid UTF-8 JSON ({err}); use the SCAN vocabulary JSON "
+            "of the SGRAF release or rebuild it with tools/build_vocab.py"
+        ) from err
     missing = [
         k for k in ("word2idx", "idx2word", "idx") if not isinstance(data, dict) or k not in data
     ]
@@ -102,20 +105,35 @@ def load_vocab(path: str | Path) -> Vocabulary:
             f"vocabulary {path} lacks key(s) {missing}; expected the SCAN format "
             '{"word2idx": {word: id}, "idx2word": {"id": word}, "idx": size}'
         )
-    word2idx = {str(w): int(i) for w, i in data["word2idx"].items()}
+    try:
+        word2idx = {str(w): int(i) for w, i in data["word2idx"].items()}
+        size = int(data["idx"])
+        idx2word_raw = {int(k): str(w) for k, w in data["idx2word"].items()}
+    except (AttributeError, TypeError, ValueError) as err:
+        raise DataFormatError(
+            f"vocabulary {path} is not in the SCAN format ({type(err).__name__}: {err}); expected "
+            '{"word2idx": {word: id}, "idx2word": {"id": word}, "idx": size}'
+        ) from err
     _check_specials(word2idx, f"vocabulary {path}")
-    size = int(data["idx"])
-    idx2word_raw = {int(k): str(w) for k, w in data["idx2word"].items()}
     if sorted(idx2word_raw) != list(range(size)) or len(word2idx) != size:
         raise DataFormatError(
             f"vocabulary {path}: idx={size} but word2idx has {len(word2idx)} words and idx2word "
-            f"{len(idx2word_raw)} ids (expected ids 0..{size - 1} in both)"
+            f"{len(idx2word_raw)} ids (expected ids 0..{size - 1} in both); rebuild it with "
+            "tools/build_vocab.py"
         )
     idx2word = [idx2word_raw[i] for i in range(size)]
     bad = [w for w, i in word2idx.items() if idx2word[i] != w][:5]
     if bad:
-        raise DataFormatError(f"vocabulary {path}: word2idx and idx2word disagree on {bad}")
-    return Vocabulary(idx2word)
+        raise DataFormatError(
+            f"vocabulary {path}: word2idx and idx2word disagree on {bad}; rebuild it with "
+            "tools/build_vocab.py"
+        )
+    try:
+        return Vocabulary(idx2word)
+    except DataFormatError as err:
+        raise DataFormatError(
+            f"vocabulary {path}: {err}; rebuild it with tools/build_vocab.py"
+        ) from err
 
 
 def build_vocab(captions: Iterable[str], min_count: int = 4) -> Vocabulary:
@@ -129,7 +147,7 @@ def build_vocab(captions: Iterable[str], min_count: int = 4) -> Vocabulary:
         min_count: minimum number of occurrences (SCAN: 4).
     """
     if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}")
+        raise InvalidSettingError(f"min_count must be >= 1, got {min_count}")
     counter: Counter[str] = Counter()
     for caption in captions:
         counter.update(tokenize_caption(caption))

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import re
+import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from precomputed.errors import CheckpointError, CheckpointNotFoundError
 from sgraf.model import SGRAF
 
 FORMAT_VERSION = 1
@@ -38,8 +42,24 @@ _SIM_RENAMES = (("SGR_module.", "sgr.steps."), ("SAF_module.", "saf."))
 _IMG_KEY = re.compile(r"^fc(\d*)\.(weight|bias)$")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint file has an unexpected layout, keys or shapes."""
+# The package's one error hierarchy (precomputed.errors, a leaf module): the trainer's
+# checkpoints and the tools raise and catch the same classes.
+__all__ = [
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "build_model_from_config",
+    "load_model",
+    "load_model_file",
+    "load_released_checkpoint",
+    "read_torch_file",
+    "save_model_file",
+    "to_released_parts",
+]
+
+# torch.save writes a zip archive since 1.6; older files (the released SGRAF/NCR ones) are a
+# pickle stream starting with PROTO 2 and torch's magic number 0x1950a86a20f9469cfc6c (LONG1).
+_ZIP_MAGIC = b"PK\x03\x04"
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
 
 def _safe_globals() -> list:
@@ -52,22 +72,109 @@ def _safe_globals() -> list:
     return allowed
 
 
-def _torch_load(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path} (check the path)")
-    try:
-        with torch.serialization.safe_globals(_safe_globals()):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # unpickling errors come in several types
-        try:
-            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-        except Exception:
-            unsafe = []
+def read_torch_file(
+    path: str | os.PathLike,
+    *,
+    allowed_globals: Sequence[Any] = (),
+    map_location: str | torch.device = "cpu",
+) -> Any:
+    """``torch.load(weights_only=True)`` with errors that say what is wrong with the file.
+
+    Both torch formats are read: the zip archive (torch >= 1.6) and the legacy pickle stream
+    (torch <= 1.5, the released SGRAF/NCR checkpoints). Either way torch's weights-only
+    unpickler runs: only tensors, storages, plain containers and ``allowed_globals`` are
+    built, no code from the file is executed.
+
+    Raises:
+        CheckpointNotFoundError: nothing at ``path``.
+        CheckpointError: a directory, an empty file, bytes that are no torch file, a truncated
+            file, or objects outside the allow-list (named in the message).
+    """
+    path = Path(path)
+    if path.is_dir():
         raise CheckpointError(
-            f"cannot read {path} with torch.load(weights_only=True) and the allow-list "
-            f"(argparse.Namespace, numpy scalars): {err}; globals outside the allow-list: "
-            f"{unsafe or 'none found'}. Only if you trust the file, re-save it as a plain dict."
+            f"{path} is a directory, not a checkpoint file; pass the file inside it, e.g. "
+            f"{path / 'checkpoints' / 'best.pt'} or a released model_best.pth.tar"
+        )
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"checkpoint {path} does not exist; check the path")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(len(_LEGACY_MAGIC))
+    if size == 0:
+        raise CheckpointError(
+            f"checkpoint {path} is empty (0 bytes): its write was interrupted; use another "
+            "checkpoint (checkpoints/last.pt or best.pt) or copy the file again"
+        )
+    if not (head.startswith(_ZIP_MAGIC) or head == _LEGACY_MAGIC):
+        raise CheckpointError(
+            f"{path} ({size} bytes, starts with {head[:8]!r}) is not a PyTorch checkpoint: "
+            "neither a torch zip archive nor a legacy torch file; it is corrupt or another "
+            "kind of file, copy or download it again"
+        )
+    try:
+        with torch.serialization.safe_globals(list(allowed_globals)):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(_unsafe_message(path, err, allowed_globals)) from err
+    except AttributeError as err:
+        if head != _LEGACY_MAGIC or "UntypedStorage" not in str(err):
+            raise
+        # torch's legacy reader needs a typed storage class (torch.FloatStorage, as torch <= 1.5
+        # and the SGRAF/NCR releases wrote); only torch >= 2.0 can write a bare UntypedStorage
+        # into the legacy format, and torch itself cannot read that back, weights-only or not.
+        raise CheckpointError(
+            f"{path} is in the legacy (pre-1.6) torch format but holds an untyped storage, "
+            "which only torch >= 2.0 writes and no torch version reads back; it is not a "
+            "released SGRAF/NCR file. Re-save it from where it was made with the default "
+            "format: torch.save(obj, path) without _use_new_zipfile_serialization=False"
         ) from err
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+        raise CheckpointError(
+            f"checkpoint {path} ({size} bytes) is truncated or corrupt and cannot be read "
+            f"({type(err).__name__}: {_first_line(err)}); use another checkpoint "
+            "(checkpoints/last.pt or best.pt) or copy the file again"
+        ) from err
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else ""
+
+
+def _unpickler_reason(err: BaseException) -> str:
+    """The weights-only unpickler's own reason, without torch's advice to load unsafely."""
+    text = str(err)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    reason = text.strip().split(". ")[0].splitlines()[0] if text.strip() else ""
+    return re.sub(r"\x1b\[[0-9;]*m", "", reason)
+
+
+def _unsafe_message(path: Path, err: BaseException, allowed: Sequence[Any]) -> str:
+    reason = _unpickler_reason(err)
+    try:
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except Exception:  # the legacy format is not supported by this helper
+        unsafe = re.findall(r"GLOBAL (\S+)", reason)
+    names = [getattr(a, "__qualname__", str(a)) for a in allowed]
+    message = (
+        f"{path} holds objects that a weights-only load does not build, so it was not loaded "
+        f"(no code from the file was run): {reason}; allowed besides tensors and containers: "
+        f"{names or 'nothing'}; globals outside that list: {unsafe or 'unknown'}."
+    )
+    if any("argparse" in name for name in unsafe):
+        message += (
+            " Released SGRAF/NCR/UGNCL checkpoints (they hold an argparse.Namespace) are "
+            f"converted with: python tools/convert_checkpoint.py {path} OUT.pt"
+        )
+    else:
+        message += " Only if you trust the file, re-save its tensors as a plain dict."
+    return message
+
+
+def _torch_load(path: Path) -> Any:
+    return read_torch_file(path, allowed_globals=_safe_globals())
 
 
 def _plain(value: Any) -> Any:
@@ -178,7 +285,7 @@ def load_released_checkpoint(
         ``released_score``: "sigmoid" or "raw").
 
     Raises:
-        FileNotFoundError: no such file.
+        CheckpointNotFoundError (a FileNotFoundError): no such file.
         CheckpointError: unreadable file, unknown container, or keys/shapes that do not
             form an SGRAF model (the error lists missing and unexpected keys).
     """
@@ -218,6 +325,7 @@ def load_released_checkpoint(
             f"{path}: expected a list of 3 state dicts [img_enc, txt_enc, sim_enc], got "
             f"{type(parts).__name__} of length {len(parts) if hasattr(parts, '__len__') else '?'}"
         )
+    _check_norm_flags(path, ckpt.get("opt"))
     state, origin = _convert_parts(path, parts)
     if fmt is None:
         fmt = "ugncl" if any(k.startswith("fc1.") for k in parts[0]) else "sgraf"
@@ -234,6 +342,31 @@ def load_released_checkpoint(
         "released_score": "raw" if fmt == "ugncl" else "sigmoid",
     }
     return state, config, info
+
+
+# Released training flags that change the forward pass but not the tensor shapes: with them
+# the released encoders skip the l2 normalisation of the region / word embeddings, which this
+# package always applies, so the weights would load cleanly and score differently.
+_UNSUPPORTED_FLAGS = {
+    "no_imgnorm": "image embeddings are not l2-normalised",
+    "no_txtnorm": "word embeddings are not l2-normalised",
+}
+
+
+def _check_norm_flags(path: Path, opt: Any) -> None:
+    """Refuse by name a released model trained with ``opt.no_imgnorm``/``opt.no_txtnorm``."""
+    values = vars(opt) if isinstance(opt, argparse.Namespace) else opt
+    if not isinstance(values, dict):
+        return
+    used = [
+        f"opt.{flag}=True ({why})" for flag, why in _UNSUPPORTED_FLAGS.items() if values.get(flag)
+    ]
+    if used:
+        raise CheckpointError(
+            f"{path} was trained with {', '.join(used)}; this package's encoders always "
+            "l2-normalise both embeddings, so these weights would score differently. Not "
+            "supported: use a checkpoint trained without these flags (the released defaults)"
+        )
 
 
 def _convert_parts(path: Path, parts) -> tuple[dict[str, Tensor], dict[str, str]]:

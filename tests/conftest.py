@@ -9,7 +9,6 @@ from types import ModuleType
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
 
 # A CPU-sized model for end-to-end runs on the tiny world (sizes only; the maths is the paper's).
 TINY_MODEL = [

@@ -1,6 +1,7 @@
-"""Benchmarks for the sgraf package.
+"""Benchmarks for the sgraf package and the feature store.
 
 ``python tools/bench.py scoring [--json] [--device cpu|cuda] [--quick] [--mode fp32|tf32|bf16]``
+``python tools/bench.py feature-open --path /tmp/big.npy [--images 18000]``
 
 Measures pairs scored per second by the batched scorer (``sgraf.model.score_all_pairs``)
 against ``reference_scores``, a straightforward per-caption loop kept here as the reference
@@ -8,6 +9,11 @@ algorithm (the way the released SGRAF code computes it: for each caption, repeat
 images, SCAN attention, alignment vectors, then SGR with separate query/key projections or
 SAF), using the same weights. Prints pairs/s of both, the speed ratio, the maximum absolute
 score difference and the peak memory of the batched run.
+
+``feature-open`` writes an (images, 36, 2048) float32 ``.npy`` (18000 images = 5.3 GB; check
+``df -h`` first), drops its pages from the page cache (``posix_fadvise DONTNEED``) and times
+``open_features`` twice: the first open scans the file for NaN/inf and writes the record
+``<file>.finite.json``, the second reuses it. The file and its record are deleted afterwards.
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` (tensors only, allocator view);
 on CPU the increase of the process's peak resident set size (``VmHWM`` in
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -262,6 +269,44 @@ def bench_scoring(args: argparse.Namespace) -> dict:
     }
 
 
+def _evict_page_cache(path: Path) -> None:
+    """Drop ``path`` from the page cache so the next read comes from disk (Linux)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def bench_feature_open(path: Path, images: int) -> dict:
+    """Cold open times of a feature file without and with its NaN/inf scan record."""
+    import numpy as np
+
+    from precomputed.features import open_features, scan_record_paths
+
+    shape = (images, 36, 2048)
+    try:
+        array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+        block = np.random.default_rng(0).random((500, *shape[1:]), dtype=np.float32)
+        for start in range(0, images, len(block)):
+            array[start : start + len(block)] = block[: images - start]
+        array.flush()
+        del array
+        for record in scan_record_paths(path):
+            record.unlink(missing_ok=True)
+        times = {}
+        for label in ("first_open_s", "second_open_s"):
+            _evict_page_cache(path)
+            start = time.perf_counter()
+            open_features(path).close()
+            times[label] = round(time.perf_counter() - start, 4)
+        return {"file_bytes": path.stat().st_size, "shape": list(shape), **times}
+    finally:
+        for leftover in (path, *scan_record_paths(path)):
+            leftover.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -282,7 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-budget-mb", type=int, default=512)
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats, batch case")
     p.add_argument("--shard-repeats", type=int, default=1, help="repeats, shard case")
+    f = sub.add_parser("feature-open", help="feature file open time, first vs recorded scan")
+    f.add_argument("--path", type=Path, required=True, help="file to write (deleted after)")
+    f.add_argument("--images", type=int, default=18000, help="images of 36 x 2048 float32")
     args = parser.parse_args(argv)
+    if args.what == "feature-open":
+        print(json.dumps(bench_feature_open(args.path, args.images)))
+        return 0
     report = bench_scoring(args)
     if args.json:
         print(json.dumps(report, indent=2))

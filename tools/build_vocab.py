@@ -10,8 +10,10 @@ import argparse
 from precomputed.captions import read_captions
 from precomputed.layout import locate_split
 from precomputed.vocab import build_vocab
+from ugncl.cli import cli_main
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description="Build a SCAN vocabulary (word2idx, idx2word, idx; <pad>=0 <start>=1 "

@@ -5,7 +5,9 @@
 The output is ``{"version": 1, "model", "model_config", "source": info}`` (see
 ``sgraf.checkpoint``), loadable with ``torch.load(weights_only=True)``. For NCR files the
 default is ``model_A``; convert ``model_B`` separately and average the two score matrices to
-reproduce NCR's evaluation.
+reproduce NCR's evaluation. Both torch formats are read (zip, and the legacy pre-1.6 format of
+the released files) with torch's weights-only unpickler; a problem with the file is one
+``error: ...`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import argparse
 import json
 
 from sgraf.checkpoint import load_released_checkpoint, save_model_file
+from ugncl.cli import cli_main
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("src", help="released .pth.tar file")

@@ -26,8 +26,10 @@ from precomputed.noise import (
     noise_sha256,
     save_noise_index,
 )
+from ugncl.cli import cli_main
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description="Write an NCR caption-level noise file (1-D int64, one image index per "

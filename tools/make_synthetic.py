@@ -11,6 +11,7 @@ import json
 import time
 
 from precomputed.synthetic import DATASET_NAME, make_synthetic
+from ugncl.cli import cli_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()

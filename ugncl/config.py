@@ -1,7 +1,13 @@
 """Typed experiment configuration: YAML files with one base, dotted overrides, strict keys.
 
 A config file may name a base with ``_base_: base.yaml`` (one level, resolved relative to the
-file). ``--set a.b=value`` overrides are applied last; values are parsed as YAML scalars. Every
+file); a file without ``_base_`` inherits ``configs/base.yaml`` all the same, so every config
+starts from the same defaults (``_base_: null`` opts out: the file must then be complete, as the
+``config.yaml`` saved in a run directory is). ``--set a.b=value`` overrides are applied last;
+values are parsed as YAML scalars. A key given twice in one mapping of a file is an error.
+Relative ``data.root``, ``data.vocab`` and ``data.noise_file`` are resolved against the current
+working directory when the config is loaded and stored absolute, so a saved config (and a
+``--resume`` from another directory) names the same files. Every
 key must exist in the dataclasses below: an unknown key is an error that suggests the closest
 valid key. Below this module nothing sees a dict: the entry script unpacks these objects into
 explicit constructor arguments.
@@ -9,6 +15,7 @@ explicit constructor arguments.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import types
@@ -20,11 +27,16 @@ from typing import Any
 
 import yaml
 
+from precomputed.errors import UserError
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 BASE_KEY = "_base_"
+DEFAULT_BASE = CONFIG_DIR / "base.yaml"
+# Path-valued keys resolved against the working directory at load time.
+PATH_KEYS = ("data.root", "data.vocab", "data.noise_file")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file, key or value is wrong; the message says which and how to fix it."""
 
 
@@ -181,12 +193,20 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
 
 
 def load_yaml_tree(path: Path) -> dict[str, Any]:
-    """Read a config file and merge it over its ``_base_`` (one level)."""
+    """Read a config file and merge it over its ``_base_`` (one level).
+
+    Without a ``_base_`` key the base is ``configs/base.yaml``; ``_base_: null`` means none.
+    """
     tree = _read_yaml(path)
-    base_name = tree.pop(BASE_KEY, None)
-    if base_name is None:
-        return tree
-    base_path = (path.parent / base_name).resolve()
+    if BASE_KEY in tree:
+        base_name = tree.pop(BASE_KEY)
+        if base_name is None:
+            return tree
+        base_path = (path.parent / base_name).resolve()
+    else:
+        base_path = DEFAULT_BASE
+        if path.resolve() == base_path.resolve():
+            return tree
     base = _read_yaml(base_path)
     if BASE_KEY in base:
         raise ConfigError(
@@ -200,12 +220,37 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        tree = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except _DuplicateKeyError as err:
+        raise ConfigError(
+            f"{path}: key '{err.key}' is given twice in the same mapping (lines {err.first} and "
+            f"{err.second}); YAML would silently keep the last one. Delete one of them"
+        ) from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
     if not isinstance(tree, dict):
         raise ConfigError(f"{path} must hold a mapping at top level, found {type(tree).__name__}")
     return tree
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated within one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKeyError(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def merge_trees(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -250,7 +295,22 @@ def load_config(name_or_path: str | Path, overrides: Sequence[str] = ()) -> tupl
     """Resolve, merge, override and validate; returns the config and the file it came from."""
     path = resolve_config_path(name_or_path)
     tree = apply_overrides(load_yaml_tree(path), overrides)
-    return build_config(tree), path
+    return build_config(absolute_paths(tree)), path
+
+
+def absolute_paths(tree: Mapping[str, Any], cwd: Path | None = None) -> dict[str, Any]:
+    """A copy of ``tree`` whose relative :data:`PATH_KEYS` are made absolute against ``cwd``
+    (default: the current working directory); ``~`` is expanded, null stays null."""
+    tree = copy.deepcopy(dict(tree))
+    base = Path.cwd() if cwd is None else Path(cwd)
+    for dotted in PATH_KEYS:
+        *parents, leaf = dotted.split(".")
+        node: Any = tree
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf]:
+            node[leaf] = str((base / Path(node[leaf]).expanduser()).resolve())
+    return tree
 
 
 def save_config(config: Config, path: Path) -> None:

@@ -9,8 +9,6 @@ import pytest
 
 from precomputed.vocab import build_vocab
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
-
 WORDS = ["dog", "cat", "man", "red", "blue", "ball", "runs", "sits", "on", "grass"]
 
 

@@ -17,7 +17,7 @@ import pytest
 from precomputed.captions import read_captions_tsv
 from precomputed.tokenizer import split_sentences, tokenize_caption
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures, see README there
 
 nltk = pytest.importorskip("nltk")
 

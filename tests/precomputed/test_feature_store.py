@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 import textwrap
@@ -115,3 +116,86 @@ def test_large_file_open_and_scan_keep_rss_small(tmp_path):
     assert size > 10**9
     assert peak_growth < 100 * 2**20, out.stdout
     assert rss_growth < 100 * 2**20, out.stdout
+
+
+def test_truncated_npy_names_the_file(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((10, 4, 6), np.float32))
+    data = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "x.npy").write_bytes(data[:300])
+    with pytest.raises(DataFormatError, match=r"x\.npy is truncated: 300 bytes.*copy the file"):
+        open_features(tmp_path / "x.npy")
+
+
+def test_garbage_h5_names_the_file(tmp_path):
+    (tmp_path / "x.h5").write_bytes(b"not an hdf5 file" * 40)
+    with pytest.raises(DataFormatError, match=r"x\.h5 is not a readable HDF5 file"):
+        open_features(tmp_path / "x.h5")
+
+
+@pytest.fixture
+def scan_calls(monkeypatch):
+    """Counts full NaN/inf scans made by ``open_features``."""
+    import precomputed.features as features
+
+    calls = []
+    real = features.count_nonfinite
+
+    def counting(path, **kwargs):
+        calls.append(path)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(features, "count_nonfinite", counting)
+    return calls
+
+
+@pytest.mark.parametrize("fmt", ["npy", "h5"])
+def test_nonfinite_scan_runs_once_per_file_version(make_split, scan_calls, fmt):
+    path = make_split(fmt=fmt) / "toy_precomp" / f"train_ims.{fmt}"
+    open_features(path).close()
+    open_features(path).close()
+    assert len(scan_calls) == 1  # the second open reused the record
+    assert path.with_name(path.name + ".finite.json").is_file()
+
+
+def test_changed_file_is_rescanned(tmp_path, scan_calls):
+    path = tmp_path / "x.npy"
+    np.save(path, np.ones((3, 2, 4), np.float32))
+    open_features(path).close()
+    bad = np.ones((3, 2, 4), np.float32)
+    bad[2, 1, 3] = np.nan
+    np.save(path, bad)  # same size, new content
+    with pytest.raises(DataFormatError, match="1 non-finite"):
+        open_features(path)
+    # only the modification time differs from the record: still rescanned
+    stat = path.stat()
+    open_features(path, allow_nonfinite=True).close()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    open_features(path, allow_nonfinite=True).close()
+    assert len(scan_calls) == 3
+
+
+def test_record_with_allow_nonfinite_still_refuses_later(tmp_path, scan_calls):
+    path = tmp_path / "x.npy"
+    bad = np.ones((3, 2, 4), np.float32)
+    bad[0, 0, 0] = np.inf
+    np.save(path, bad)
+    open_features(path, allow_nonfinite=True).close()
+    with pytest.raises(DataFormatError, match="1 non-finite"):
+        open_features(path)  # from the record, without a second scan
+    assert len(scan_calls) == 1
+
+
+def test_scan_record_falls_back_to_the_user_cache(tmp_path, scan_calls, monkeypatch):
+    """Where no record can be written beside the file (read-only data), the cache holds it."""
+    from precomputed.features import scan_record_paths
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "data" / "x.npy"
+    path.parent.mkdir()
+    np.save(path, np.ones((3, 2, 4), np.float32))
+    beside, cached = scan_record_paths(path)
+    beside.mkdir()  # occupies the sidecar's name: writing it fails like a read-only folder
+    open_features(path).close()
+    open_features(path).close()
+    assert cached.is_file() and cached.parent == tmp_path / "cache" / "precomputed" / "finite"
+    assert len(scan_calls) == 1

@@ -6,6 +6,7 @@ from precomputed.collate import collate_pairs, pad_captions
 from precomputed.dataset import PairDataset, open_split
 from precomputed.errors import DataFormatError
 from precomputed.noise import clean_image_index, make_caption_noise
+from tests.precomputed.conftest import tiny_captions
 
 
 @pytest.mark.parametrize("fmt,caps,cpi", [("npy", "txt", 5), ("h5", "tsv", 1)])
@@ -79,3 +80,26 @@ def test_bad_noise_index_for_split(make_split, toy_vocab):
             captions_per_image=5,
             noise_index=np.arange(8),
         )
+
+
+def test_long_captions_are_capped_and_counted(make_split, toy_vocab, caplog):
+    """A 14k-token web caption made SGR scoring run for minutes: captions are capped."""
+    texts = tiny_captions(8, 5)
+    texts[3] = " ".join(["dog"] * 14_000)
+    texts[7] = " ".join(["cat"] * 99)  # 99 words + <start>/<end> = 101 ids: cut as well
+    texts[9] = " ".join(["red"] * 98)  # exactly 100 ids: kept whole
+    root = make_split(captions=texts)
+    with caplog.at_level("WARNING", logger="precomputed.dataset"):
+        split = open_split(root, "toy_precomp", "train", toy_vocab, captions_per_image=5)
+    lengths = split.tokens.lengths
+    assert lengths.max() == 100 and lengths[3] == 100 and lengths[7] == 100 and lengths[9] == 100
+    assert split.tokens[3][-1] == 2 and split.tokens[3][0] == 1  # still <start> ... <end>
+    assert split.num_truncated_captions == 2
+    assert "2 of 40 captions are longer than max_caption_tokens=100" in caplog.text
+    uncapped = open_split(
+        root, "toy_precomp", "train", toy_vocab, captions_per_image=5, max_caption_tokens=None
+    )
+    assert uncapped.tokens.lengths[3] == 14_002 and uncapped.num_truncated_captions == 0
+    with pytest.raises(ValueError, match="max_caption_tokens must be >= 3"):
+        open_split(root, "toy_precomp", "train", toy_vocab, captions_per_image=5,
+                   max_caption_tokens=2)  # fmt: skip

@@ -14,15 +14,16 @@ from precomputed.synthetic.world import CATEGORIES, COLOURS, SCENE_TYPES
 from precomputed.tokenizer import tokenize_caption
 from precomputed.vocab import load_vocab
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures, see README there
 TINY = dict(num_train=12, num_dev=6, num_test=6, regions=36, feature_dim=64)
 
 
 def _digest(folder: Path) -> dict[str, str]:
+    """sha256 of every data file (NaN/inf scan records ``*.finite.json`` are a cache, skipped)."""
     return {
         str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(folder.rglob("*"))
-        if p.is_file()
+        if p.is_file() and not p.name.endswith(".finite.json")
     }
 
 

@@ -8,7 +8,7 @@ from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.tokens import TokenizedCaptions
 from precomputed.vocab import SPECIALS, Vocabulary, build_vocab, load_vocab
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures, see README there
 
 
 @pytest.mark.parametrize("name,size", [("f30k", 8481), ("coco", 11353)])
@@ -73,3 +73,37 @@ def test_tokenized_captions_are_flat():
     assert tok[1].tolist() == vocab.encode(["a", "cat", "runs", "."]).tolist()
     assert tok[2].tolist()[2] == 3  # <unk>
     assert tok.head(2).lengths.tolist() == [4, 6]
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"\xff\xfe not utf-8", "is not valid UTF-8 JSON"),
+        (b'{"word2idx": [1, 2], "idx2word": {}, "idx": 2}', "is not in the SCAN format"),
+        (b'{"word2idx": {"a": "x"}, "idx2word": {}, "idx": 1}', "is not in the SCAN format"),
+    ],
+)
+def test_malformed_vocab_names_the_file_and_the_fix(tmp_path, content, fragment):
+    path = tmp_path / "v.json"
+    path.write_bytes(content)
+    with pytest.raises(DataFormatError, match=rf"vocabulary .*v\.json .*{fragment}"):
+        load_vocab(path)
+
+
+def test_duplicate_vocab_words_name_the_file(tmp_path):
+    words = [*SPECIALS, "dog", "dog"]
+    data = {"word2idx": {"<pad>": 0, "<start>": 1, "<end>": 2, "<unk>": 3, "dog": 4, "cat": 5},
+            "idx2word": {str(i): w for i, w in enumerate(words)}, "idx": 6}  # fmt: skip
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(DataFormatError, match=r"v\.json.*(duplicate|disagree).*build_vocab"):
+        load_vocab(path)
+
+
+def test_non_utf8_captions_name_file_and_line(tmp_path):
+    from precomputed.captions import read_captions
+
+    path = tmp_path / "train_caps.txt"
+    path.write_bytes("a dog .\na caf\xe9 .\n".encode("latin1"))
+    with pytest.raises(DataFormatError, match=r"train_caps\.txt is not UTF-8 text \(line 2"):
+        read_captions(path)

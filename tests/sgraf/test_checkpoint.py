@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import zipfile
 
 import pytest
 import torch
@@ -191,3 +192,119 @@ def test_model_file_is_plain_and_atomic(tmp_path):
         build_model_from_config({**model.config, "margin": 0.2})
     with pytest.raises(ValueError, match="reserved"):
         save_model_file(path, model.state_dict(), model.config, model=1)
+
+
+def _sgraf_container(head: str = "sgr", **opt) -> tuple[dict, torch.nn.Module]:
+    """A released SGRAF container as the release writes it: module state dicts + Namespace."""
+    model = perturbed(head, 1)
+    parts = [model.img_enc.state_dict(), model.txt_enc.state_dict(), model.sim_enc.state_dict()]
+    parts = [{k: v for k, v in p.items() if not k.endswith("num_batches_tracked")} for p in parts]
+    namespace = opt_namespace()
+    vars(namespace).update(opt)
+    ckpt = {"epoch": 3, "model": to_released_parts(model), "best_rsum": 412.5,
+            "opt": namespace, "Eiters": 999}  # fmt: skip
+    return ckpt, model
+
+
+def test_legacy_torch_format_loads_without_code_execution(tmp_path, tool, capsys):
+    """Released SGRAF/NCR files predate torch 1.6: the non-zip format must load."""
+    ckpt, model = _sgraf_container(no_imgnorm=False, no_txtnorm=False)
+    path = tmp_path / "model_best.pth.tar"
+    torch.save(ckpt, path, _use_new_zipfile_serialization=False)
+    assert not zipfile.is_zipfile(path)
+    torch.testing.assert_close(scores_of(load_model(path)), scores_of(model), rtol=0, atol=0)
+    out = tmp_path / "converted.pt"
+    assert tool("convert_checkpoint").main([str(path), str(out)]) == 0
+    torch.testing.assert_close(scores_of(load_model(out)), scores_of(model), rtol=0, atol=0)
+
+    marker = tmp_path / "code_ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    torch.save({**ckpt, "extra": Payload()}, path, _use_new_zipfile_serialization=False)
+    assert tool("convert_checkpoint").main([str(path), str(out)]) == 2
+    assert "no code from the file was run" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("flag", ["no_imgnorm", "no_txtnorm"])
+def test_released_norm_flags_are_refused_by_name(tmp_path, flag):
+    ckpt, _ = _sgraf_container(**{flag: True})
+    path = tmp_path / "model_best.pth.tar"
+    torch.save(ckpt, path)
+    with pytest.raises(CheckpointError, match=rf"opt\.{flag}=True .*not l2-normalised"):
+        load_released_checkpoint(path)
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    return lines[0]
+
+
+def test_convert_checkpoint_errors_say_what_is_wrong(tmp_path, tool, capsys):
+    convert = tool("convert_checkpoint").main
+    out = str(tmp_path / "out.pt")
+    rand = tmp_path / "random.pth.tar"
+    rand.write_bytes(bytes(range(256)) * 16)
+    assert convert([str(rand), out]) == 2
+    line = _one_error_line(capsys)
+    assert "is not a PyTorch checkpoint" in line and "convert_checkpoint.py" not in line
+
+    assert convert([str(tmp_path), out]) == 2
+    line = _one_error_line(capsys)
+    assert "is a directory" in line and "does not exist" not in line
+
+    assert convert([str(tmp_path / "nope.pth.tar"), out]) == 2
+    assert "does not exist" in _one_error_line(capsys)
+
+    (tmp_path / "empty.pth.tar").write_bytes(b"")
+    assert convert([str(tmp_path / "empty.pth.tar"), out]) == 2
+    assert "is empty (0 bytes)" in _one_error_line(capsys)
+
+    ckpt, _ = _sgraf_container()
+    for zip_format in (True, False):
+        torch.save(ckpt, rand, _use_new_zipfile_serialization=zip_format)
+        rand.write_bytes(rand.read_bytes()[:-100])
+        assert convert([str(rand), out]) == 2
+        assert "truncated or corrupt" in _one_error_line(capsys)
+
+    torch.save({"weights": 1}, rand)
+    assert convert([str(rand), out]) == 2
+    assert "unknown container" in _one_error_line(capsys)
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_one_checkpoint_error_hierarchy():
+    from precomputed.errors import CheckpointNotFoundError, UserError
+
+    assert issubclass(CheckpointError, UserError)
+    assert issubclass(CheckpointNotFoundError, CheckpointError)
+    assert issubclass(CheckpointNotFoundError, FileNotFoundError)
+
+
+def test_legacy_file_with_untyped_storage_is_explained(tmp_path):
+    """torch >= 2.0 can write a bare UntypedStorage in the legacy format; torch cannot read it."""
+    path = tmp_path / "odd.pth.tar"
+    torch.save({"s": torch.ones(3).untyped_storage()}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(AttributeError):
+        torch.load(path, weights_only=False)  # torch itself fails, whatever the mode
+    with pytest.raises(CheckpointError, match="holds an untyped storage.*Re-save it"):
+        load_released_checkpoint(path)
+
+
+@pytest.mark.parametrize("zip_format", [True, False])
+def test_plain_reader_points_released_files_to_the_converter(tmp_path, zip_format):
+    """``read_torch_file`` without an allow-list (the trainer's checkpoints) names the global
+    and sends released containers, and only those, to tools/convert_checkpoint.py."""
+    from sgraf.checkpoint import read_torch_file
+
+    ckpt, _ = _sgraf_container()
+    path = tmp_path / "model_best.pth.tar"
+    torch.save(ckpt, path, _use_new_zipfile_serialization=zip_format)
+    with pytest.raises(CheckpointError, match=r"GLOBAL argparse\.Namespace.*convert_checkpoint"):
+        read_torch_file(path)
+    assert read_torch_file(path, allowed_globals=[argparse.Namespace])["epoch"] == 3

@@ -1,5 +1,6 @@
 """Config files: one-level inheritance, dotted overrides, strict keys with suggestions."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from ugncl.config import (
     build_config,
     load_config,
     resolve_config_path,
+    save_config,
 )
 
 SHIPPED = [
@@ -88,3 +90,42 @@ def test_base_is_one_level(tmp_path: Path) -> None:
 def test_override_needs_equals() -> None:
     with pytest.raises(ConfigError, match="key.path=value"):
         apply_overrides({}, ["train.epochs"])
+
+
+def test_duplicate_yaml_keys_are_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("_base_: null\ntrain:\n  lr: 1.0e-4\n  epochs: 3\n  lr: 2.0e-4\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml: key 'lr' is given twice .*lines 3 and 5"):
+        load_config(path)
+    path.write_text("data:\n  name: x\ntrain:\n  epochs: 3\ndata:\n  root: y\n")
+    with pytest.raises(ConfigError, match="key 'data' is given twice"):
+        load_config(path)
+
+
+def test_config_without_base_gets_base_yaml_defaults(tmp_path: Path) -> None:
+    """A file without ``_base_`` must not fall back to other defaults than base.yaml's."""
+    (tmp_path / "mine.yaml").write_text("train:\n  epochs: 3\n")
+    (tmp_path / "explicit.yaml").write_text(
+        f"_base_: {CONFIG_DIR / 'base.yaml'}\ntrain:\n  epochs: 3\n"
+    )
+    implicit, _ = load_config(tmp_path / "mine.yaml")
+    explicit, _ = load_config(tmp_path / "explicit.yaml")
+    assert implicit == explicit and implicit.train.epochs == 3
+    base, _ = load_config("base")
+    assert dataclasses.replace(implicit.train, epochs=base.train.epochs) == base.train
+    # a complete file (a run's saved config.yaml) loads to itself
+    saved = tmp_path / "saved.yaml"
+    save_config(implicit, saved)
+    assert load_config(saved)[0] == implicit
+
+
+def test_relative_data_paths_are_stored_absolute(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config, _ = load_config(
+        "ugncl_synthetic", ["data.vocab=v/vocab.json", "data.noise_file=~/n.npy"]
+    )
+    assert config.data.root == str(tmp_path / "data" / "synthetic")
+    assert config.data.vocab == str(tmp_path / "v" / "vocab.json")
+    assert config.data.noise_file == str(Path.home() / "n.npy")
+    absolute, _ = load_config("ugncl_synthetic", ["data.root=/srv/scan"])
+    assert absolute.data.root == "/srv/scan"
