@@ -2,10 +2,11 @@ import numpy as np
 import pytest
 import torch
 
-from precomputed.collate import collate_pairs, pad_captions
+from precomputed.collate import pad_captions
 from precomputed.dataset import PairDataset, open_split
 from precomputed.errors import DataFormatError
 from precomputed.noise import clean_image_index, make_caption_noise
+from ugncl.precomputed_data import collate_pairs
 
 
 @pytest.mark.parametrize("fmt,caps,cpi", [("npy", "txt", 5), ("h5", "tsv", 1)])
