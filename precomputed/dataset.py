@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,17 @@ class PrecomputedSplit:
     def num_captions(self) -> int:
         return len(self.tokens)
 
+    def with_noise(self, image_index: np.ndarray) -> PrecomputedSplit:
+        """This split paired for training by ``image_index``: (N_cap,) caption -> image of
+        this (subset) split, e.g. from :func:`~precomputed.noise.load_noise_index`; checked."""
+        subset = isinstance(self.features, _SubsetStore)
+        n_file = len(self.features._base) if subset else len(self.features)
+        index = _check_noise(
+            image_index, self.num_images, len(self.true_image), n_file,
+            self.num_images if subset else None,
+        )  # fmt: skip
+        return dataclasses.replace(self, image_index=index)
+
 
 def open_split(
     root: str | Path,
@@ -66,7 +78,6 @@ def open_split(
     *,
     captions_per_image: int,
     max_images: int | None = None,
-    noise_index: np.ndarray | None = None,
     allow_nonfinite: bool = False,
 ) -> PrecomputedSplit:
     """Open ``<root>/<name>/{split}_*`` with explicit captions-per-image and subset size.
@@ -79,8 +90,6 @@ def open_split(
         captions_per_image: checked against the files: N_cap must equal cpi * N_img.
         max_images: keep the first ``max_images`` images and their ``cpi * max_images``
             captions (NCR's dev subset); None keeps all.
-        noise_index: (N_cap,) caption -> image map of the (subset) split, e.g. from
-            :func:`~precomputed.noise.load_noise_index`; None means clean.
         allow_nonfinite: accept NaN/inf features.
 
     Raises:
@@ -97,10 +106,6 @@ def open_split(
         n_img = min(n_img, int(max_images))
         captions = captions[: n_img * captions_per_image]
     true_image = clean_image_index(n_img, captions_per_image)
-    if noise_index is None:
-        image_index = true_image.copy()
-    else:
-        image_index = _check_noise(noise_index, n_img, len(true_image), len(features), max_images)
     tokens = TokenizedCaptions.from_texts(captions, vocab)
     if max_images is not None and n_img < len(features):
         features = _SubsetStore(features, n_img)
@@ -111,7 +116,7 @@ def open_split(
         tokens=tokens,
         captions_per_image=captions_per_image,
         true_image=true_image,
-        image_index=image_index,
+        image_index=true_image.copy(),
     )
 
 
@@ -151,10 +156,6 @@ class _SubsetStore(FeatureStore):
 
     def __getitem__(self, idx: int) -> np.ndarray:
         return self._base[self._check_index(int(idx))]
-
-    def take(self, indices: np.ndarray) -> np.ndarray:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return self._base.take(np.array([self._check_index(int(i)) for i in idx], dtype=np.int64))
 
     def slice(self, start: int, stop: int) -> np.ndarray:
         start, stop, _ = slice(start, stop).indices(self.shape[0])

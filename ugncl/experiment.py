@@ -6,7 +6,6 @@ Models, methods and optimisers are built by :mod:`ugncl.build`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +96,7 @@ def open_training_data(data: DataConfig) -> RunData:
     vocab, vocab_path = open_vocab(data)
     train = open_data_split(data, data.train_split, vocab, max_images=data.train_images)
     noise, source = training_noise(data, train)
-    train = dataclasses.replace(train, image_index=noise)
+    train = train.with_noise(noise)
     dev = open_data_split(data, data.dev_split, vocab, max_images=data.dev_images)
     return RunData(train, dev, vocab, vocab_path, source)
 
