@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ugncl.data import RunData
 from ugncl.methods import METHODS, Method
 from ugncl.optim import Schedule, build_optimizer, build_schedule
-from ugncl.sgraf_backbone import SGRAFConfig, build_sgraf, sgraf_from_config
+from ugncl.sgraf_backbone import SGRAFConfig, build_sgraf, open_sgraf_data, sgraf_from_config
 from ugncl.similarity import SimilarityModel
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "build_model",
     "build_optimizer_and_schedule",
     "model_from_checkpoint",
+    "open_run_data",
 ]
 
 
@@ -41,16 +43,22 @@ class BackboneSpec:
     the plain ``model.config`` dict a checkpoint stores."""
 
     config: type
-    build: Callable[[Any, Any], SimilarityModel]  # (section, opened data) -> model
+    open_data: Callable[[Config], RunData]  # the run's data source for this backbone
+    build: Callable[[Any, RunData], SimilarityModel]  # (model.<name> section, data) -> model
     from_config: Callable[[dict[str, Any]], SimilarityModel]
 
 
 BACKBONES: dict[str, BackboneSpec] = {
-    "sgraf": BackboneSpec(SGRAFConfig, build_sgraf, sgraf_from_config),
+    "sgraf": BackboneSpec(SGRAFConfig, open_sgraf_data, build_sgraf, sgraf_from_config),
 }
 
 
-def build_model(config: Config, data: Any) -> SimilarityModel:
+def open_run_data(config: Config) -> RunData:
+    """The data source of ``model.backbone`` (precomputed regions for SGRAF)."""
+    return BACKBONES[config.model.backbone].open_data(config)
+
+
+def build_model(config: Config, data: RunData) -> SimilarityModel:
     """The ``model.backbone`` model for ``data`` from its ``model.<backbone>`` section."""
     name = config.model.backbone
     return BACKBONES[name].build(getattr(config.model, name), data)

@@ -22,6 +22,9 @@ from typing import Any
 
 import yaml
 
+if typing.TYPE_CHECKING:  # the class is made from the registries on first use (__getattr__)
+    Config = Any
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 BASE_KEY = "_base_"
 
@@ -374,5 +377,11 @@ def _registered_classes() -> tuple[type, type, type]:
     return _config_classes(tuple(BACKBONES.items()), tuple(METHODS.items()))
 
 
-#: The config classes of the shipped backbones and methods.
-Config, ModelConfig, MethodConfig = _registered_classes()
+def __getattr__(name: str) -> type:
+    """``Config``, ``ModelConfig``, ``MethodConfig``: the classes of the registered backbones
+    and methods, made on first use (the registries import the methods, which must not need
+    this module while it loads)."""
+    names = ("Config", "ModelConfig", "MethodConfig")
+    if name in names:
+        return _registered_classes()[names.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

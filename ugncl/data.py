@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-__all__ = ["EvalData", "PairBatch", "TrainingData"]
+__all__ = ["EvalData", "PairBatch", "RunData", "TrainingData"]
 
 
 @dataclass
@@ -110,3 +110,33 @@ class EvalData(Protocol):
     def images(self, start: int, stop: int) -> Tensor: ...
 
     def captions(self, start: int, stop: int) -> tuple[Tensor, Tensor]: ...
+
+
+@runtime_checkable
+class RunData(Protocol):
+    """What a run opens of its data source (a backbone's ``open_data``): the training data,
+    the validation split, the test split on demand, and what the run records about them."""
+
+    @property
+    def dev(self) -> EvalData | Any | None:
+        """The validation split (an :class:`EvalData` or a split the evaluator wraps)."""
+        ...
+
+    @property
+    def image_index(self) -> np.ndarray:
+        """(N,) caption -> image index trained on (saved in the run directory, sha256)."""
+        ...
+
+    def training_data(self) -> TrainingData: ...
+
+    def open_test(self) -> EvalData | Any:
+        """The test split, opened when training ends."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Fields of the run's ``setup`` record (noise source, sizes, ...)."""
+        ...
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """Plain entries added to every checkpoint (e.g. the vocabulary path)."""
+        ...

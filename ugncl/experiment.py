@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,18 +40,39 @@ class MissingDataError(FileNotFoundError):
 
 
 @dataclass
-class RunData:
-    """What a run opens of the precomputed track (SGRAF's builder reads ``vocab``/``train``)."""
+class PrecomputedRunData:
+    """:class:`ugncl.data.RunData` of the precomputed track (SGRAF's builder also reads
+    ``vocab`` and ``train``)."""
 
+    config: DataConfig
     train: PrecomputedSplit
     dev: PrecomputedSplit | None
     vocab: Vocabulary
     vocab_path: Path
     noise_source: str  # "built(ratio, seed)" | path of the loaded file
 
+    @property
+    def image_index(self) -> np.ndarray:
+        return self.train.image_index
+
     def training_data(self) -> PrecomputedTrainingData:
         """The training split behind the :class:`ugncl.data.TrainingData` interface."""
         return PrecomputedTrainingData(self.train)
+
+    def open_test(self) -> PrecomputedSplit:
+        return open_data_split(self.config, self.config.test_split, self.vocab)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "noise_source": self.noise_source,
+            "n_train_captions": self.train.num_captions,
+            "n_train_images": self.train.num_images,
+            "n_noisy": int((~self.train.clean).sum()),
+            "vocab": str(self.vocab_path),
+        }
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {"vocab_path": str(self.vocab_path)}
 
 
 def vocab_candidates(data: DataConfig) -> list[Path]:
@@ -91,14 +113,14 @@ def open_data_split(
         raise MissingDataError(f"{err}\n{DATA_HINT}") from err
 
 
-def open_training_data(data: DataConfig) -> RunData:
+def open_training_data(data: DataConfig) -> PrecomputedRunData:
     """Vocabulary, the noisy training split and the dev subset."""
     vocab, vocab_path = open_vocab(data)
     train = open_data_split(data, data.train_split, vocab, max_images=data.train_images)
     noise, source = training_noise(data, train)
     train = train.with_noise(noise)
     dev = open_data_split(data, data.dev_split, vocab, max_images=data.dev_images)
-    return RunData(train, dev, vocab, vocab_path, source)
+    return PrecomputedRunData(data, train, dev, vocab, vocab_path, source)
 
 
 def training_noise(data: DataConfig, train: PrecomputedSplit) -> tuple[np.ndarray, str]:

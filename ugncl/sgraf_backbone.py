@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 from sgraf.checkpoint import build_model_from_config
 from sgraf.head import HEADS
 from sgraf.model import SGRAF
+from ugncl.experiment import PrecomputedRunData, open_training_data
 from ugncl.similarity import SimilarityModel
 
-__all__ = ["SGRAFConfig", "build_sgraf", "sgraf_from_config"]
+__all__ = ["SGRAFConfig", "build_sgraf", "open_sgraf_data", "sgraf_from_config"]
 
 # SGRAF implements the interface without importing ugncl (sgraf never imports ugncl).
 SimilarityModel.register(SGRAF)
@@ -39,7 +40,12 @@ class SGRAFConfig:
     word_dropout: float = 0.4
 
 
-def build_sgraf(config: SGRAFConfig, data: Any) -> SGRAF:
+def open_sgraf_data(config: Any) -> PrecomputedRunData:
+    """SGRAF reads precomputed region features: the precomputed track's run data."""
+    return open_training_data(config.data)
+
+
+def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
     """An SGRAF for ``data`` (an opened precomputed run: its vocabulary and training split);
     the region count and feature size must match the features."""
     _, regions, dim = data.train.features.shape

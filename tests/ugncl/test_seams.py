@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from ugncl.build import BACKBONES, BackboneSpec
 from ugncl.config import load_config
 from ugncl.engine.recorder import read_metrics
+from ugncl.experiment import open_training_data
 from ugncl.methods import METHODS, Method, MethodSpec
 from ugncl.similarity import SimilarityModel
 from ugncl.training import train
@@ -63,7 +64,12 @@ def build_meanpool(config: MeanPoolConfig, data) -> MeanPoolModel:
                          config.scale)  # fmt: skip
 
 
-MEANPOOL = BackboneSpec(MeanPoolConfig, build_meanpool, lambda c: MeanPoolModel(**c))
+MEANPOOL = BackboneSpec(
+    config=MeanPoolConfig,
+    open_data=lambda config: open_training_data(config.data),  # precomputed regions
+    build=build_meanpool,
+    from_config=lambda c: MeanPoolModel(**c),
+)
 
 
 # ---------------------------------------------------------------- a test-only method
