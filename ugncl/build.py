@@ -77,11 +77,17 @@ def model_from_checkpoint(state: dict[str, Any]) -> SimilarityModel:
     return model
 
 
-def build_method(config: Config) -> Method:
-    """The ``method.name`` method from its ``method.<name>`` section and ``eval.eval_score``."""
+def build_method(
+    config: Config, model: torch.nn.Module | None = None, num_samples: int | None = None
+) -> Method:
+    """The ``method.name`` method from its ``method.<name>`` section and ``eval.eval_score``;
+    with ``model`` (training) also ``method.prepare(model, num_samples)``."""
     name = config.method.name
     options = dataclasses.asdict(getattr(config.method, name))
-    return METHODS[name].cls(**options, eval_score=config.eval.eval_score)
+    method = METHODS[name].cls(**options, eval_score=config.eval.eval_score)
+    if model is not None:
+        method.prepare(model, int(num_samples or 0))
+    return method
 
 
 def build_optimizer_and_schedule(

@@ -80,9 +80,9 @@ class FrozenWeightsConfig:
 
 
 class FrozenWeightsMethod(Method):
-    """Per-sample weights from a frozen copy of the starting model: ``sigmoid`` of its diagonal
-    score, computed once in ``setup``; a weighted all-negatives hinge; each epoch visits the
-    ``keep`` share of samples with the highest weights."""
+    """Per-sample weights from a frozen copy of the starting model (made in ``prepare``):
+    ``sigmoid`` of its diagonal score, computed once in ``setup``; a weighted all-negatives
+    hinge; each epoch visits the ``keep`` share of samples with the highest weights."""
 
     name = "frozen_weights"
     epoch_record = "selection"
@@ -90,11 +90,12 @@ class FrozenWeightsMethod(Method):
     def __init__(self, *, margin: float, keep: float, eval_score: str = "raw") -> None:
         super().__init__(eval_score=eval_score)
         self.margin, self.keep = margin, keep
-        self.estimator: nn.Module | None = None
-        self.register_buffer("weights", torch.zeros(0))
+
+    def prepare(self, model, num_samples):
+        self.estimator = copy.deepcopy(model).eval().requires_grad_(False)
+        self.register_buffer("weights", torch.zeros(num_samples))
 
     def setup(self, ctx):
-        self.estimator = copy.deepcopy(ctx.model).eval().requires_grad_(False)
         weights = torch.zeros(ctx.num_samples, device=ctx.device)
         for batch in ctx.batches(0, ctx.batch_size, stream=5):
             batch = batch.to(ctx.device)
@@ -175,6 +176,28 @@ def test_test_only_backbone_and_method_train_through_the_trainer(
     # The eval tool rebuilds the test-only backbone from the checkpoint through the registry.
     best = result.run_dir / "checkpoints" / "best.pt"
     assert tool("eval").main([str(best), "--json", str(tmp_path / "e.json")]) == 0
+
+
+def test_setup_runs_once_and_its_products_resume(
+    registered, tiny_world: Path, tmp_path: Path, tool
+) -> None:
+    overrides = [
+        f"data.root={tiny_world}", f"run.out_dir={tmp_path}", "run.name=r", "data.dev_images=12",
+        "train.batch_size=16", "train.eval_batch_size=12", "train.seed=4",
+        "train.warmup_epochs=0", "train.epochs=2", "train.stop_after_epochs=1",
+        "model.backbone=meanpool", "method.name=frozen_weights",
+    ]  # fmt: skip
+    train_main = tool("train").main
+    assert train_main(["--cfg", "ugncl_synthetic", "--set", *overrides]) == 0
+    first = torch.load(tmp_path / "r" / "checkpoints" / "last.pt", weights_only=True)
+    resume = ["--resume", str(tmp_path / "r"), "--set", "train.stop_after_epochs=null"]
+    assert train_main(resume) == 0
+    events = [r["event"] for r in read_metrics(tmp_path / "r")]
+    assert events.count("method_setup") == 1 and events.count("selection") == 2
+    last = torch.load(tmp_path / "r" / "checkpoints" / "last.pt", weights_only=True)
+    assert last["epoch"] == 2
+    for key in ("weights", "estimator.img.weight", "estimator.words.weight"):
+        assert torch.equal(first["method_state"][key], last["method_state"][key]), key
 
 
 def test_trainer_imports_no_backbone_data_source_or_method_maths() -> None:

@@ -133,9 +133,9 @@ class Trainer:
         self,
         epoch: int,
         batch_size: int,
-        *,
-        stream: int,
+        stream: int = TRAIN_STREAM,
         indices: np.ndarray | None = None,
+        *,
         drop_last: bool = False,
     ) -> DataLoader:
         """Batches of the training samples (or ``indices``) in the seeded order of

@@ -18,7 +18,9 @@ __all__ = ["Method", "MethodContext", "StepContext"]
 class Method(nn.Module):
     """A training method: loss terms per batch around a small lifecycle.
 
-    The trainer calls, in order: ``setup`` once before the first epoch of a fresh run;
+    The builder calls ``prepare`` once, before the optimiser is built. The trainer calls, in
+    order: ``setup`` once before the first epoch of a fresh run (a resumed run loads what
+    ``setup`` made from the checkpoint instead);
     per epoch ``on_epoch_start`` then ``epoch_samples``; per batch ``training_step``, whose
     entries with keys starting ``loss`` are summed and back-propagated (every scalar entry is
     logged); ``stats`` at each log line. Evaluation ranks by ``retrieval_score``.
@@ -43,6 +45,11 @@ class Method(nn.Module):
         self.eval_score = eval_score
         self.score_tau = score_tau
         view_reducer(eval_score, score_tau)  # fail at construction on a bad name
+
+    def prepare(self, model: nn.Module, num_samples: int) -> None:
+        """Create submodules and buffers in their final shapes (a frozen copy of ``model``,
+        per-sample arrays of length ``num_samples``), so the optimiser can include them and a
+        checkpoint's method state loads into them; ``setup`` fills them."""
 
     def setup(self, ctx: MethodContext) -> dict[str, Any] | None:
         """Once before training (not again on resume); may pass over the data. The fields
