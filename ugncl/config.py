@@ -159,10 +159,13 @@ def choices() -> dict[str, tuple[str, ...]]:
     """Allowed values of string keys: run-level ones plus each section's ``CHOICES``."""
     from ugncl.build import BACKBONES
     from ugncl.methods import METHODS
+    from ugncl.optim import OPTIMIZERS, SCHEDULES
 
     out = dict(CHOICES)
     out["model.backbone"] = tuple(BACKBONES)
     out["method.name"] = tuple(METHODS)
+    out["train.optimizer"] = tuple(OPTIMIZERS)
+    out["train.schedule"] = tuple(SCHEDULES)
     for prefix, registry in (("model", BACKBONES), ("method", METHODS)):
         for name, spec in registry.items():
             for key, options in getattr(spec.config, "CHOICES", {}).items():
@@ -172,8 +175,6 @@ def choices() -> dict[str, tuple[str, ...]]:
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "train.amp": ("auto", "off", "bf16", "fp16"),
-    "train.optimizer": ("adam", "adamw"),
-    "train.schedule": ("step", "cosine"),
     "eval.eval_score": ("evidence", "sigmoid", "raw"),
     "data.noise_format": ("caption", "image"),
 }

@@ -26,6 +26,14 @@ __all__ = [
     "step_schedule",
 ]
 
+#: Optimiser names (``train.optimizer``) -> classes.
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+}
+#: Schedule names (``train.schedule``): per-epoch step decay, per-step cosine with warm-up.
+SCHEDULES: tuple[str, ...] = ("step", "cosine")
+
 _NO_DECAY_MODULES = (nn.Embedding, nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)
 
 
@@ -83,12 +91,6 @@ def build_optimizer(
     if cls is None:
         raise ValueError(f"unknown optimizer {name!r}; use one of {sorted(OPTIMIZERS)}")
     return cls(groups, lr=lr, betas=betas, eps=eps)
-
-
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "adam": torch.optim.Adam,
-    "adamw": torch.optim.AdamW,
-}
 
 
 # ---------------------------------------------------------------------------- schedules
@@ -160,6 +162,3 @@ def build_schedule(
         factor = cosine_schedule(warmup_steps, total_steps)
         return Schedule(torch.optim.lr_scheduler.LambdaLR(optimizer, factor), "step")
     raise ValueError(f"unknown schedule {name!r}; use one of {SCHEDULES}")
-
-
-SCHEDULES: tuple[str, ...] = ("step", "cosine")

@@ -88,3 +88,14 @@ def test_base_is_one_level(tmp_path: Path) -> None:
 def test_override_needs_equals() -> None:
     with pytest.raises(ConfigError, match="key.path=value"):
         apply_overrides({}, ["train.epochs"])
+
+
+def test_registry_names_are_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"train.optimizer' must be one of \('adam', 'adamw'\)"):
+        build_config({"train": {"optimizer": "sgd"}})
+    with pytest.raises(ConfigError, match=r"model.backbone' must be one of \('sgraf',\)"):
+        build_config({"model": {"backbone": "clip"}})
+    with pytest.raises(ConfigError, match=r"method.name' must be one of \('ugncl', 'triplet'\)"):
+        build_config({"method": {"name": "npc"}})
+    with pytest.raises(ConfigError, match=r"did you mean 'model\.sgraf\.embed_dim'"):
+        build_config({"model": {"sgraf": {"embed_dimm": 8}}})
