@@ -1,6 +1,6 @@
 """Data layer for precomputed region features in the SCAN/NCR layout (plus a synthetic world).
 
-The torch-dependent names (``PairDataset``, ``collate_pairs``, ...) are imported lazily so that
+The torch-dependent names (``PairDataset``, ``pad_captions``, ...) are imported lazily so that
 numpy-only users (tools/make_synthetic.py, the feature scan) do not pay for importing torch.
 """
 
@@ -28,7 +28,6 @@ __all__ = [
     "DatasetDefaults",
     "FeatureStore",
     "InvalidSettingError",
-    "PairBatch",
     "PairDataset",
     "PrecomputedSplit",
     "SplitPaths",
@@ -37,7 +36,6 @@ __all__ = [
     "Vocabulary",
     "build_vocab",
     "clean_image_index",
-    "collate_pairs",
     "image_permutation_to_caption_index",
     "load_noise_index",
     "load_vocab",
@@ -53,8 +51,6 @@ __all__ = [
 ]
 
 _LAZY = {
-    "PairBatch": "collate",
-    "collate_pairs": "collate",
     "pad_captions": "collate",
     "PairDataset": "dataset",
     "PrecomputedSplit": "dataset",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,17 @@ class PrecomputedSplit:
         """Captions cut to ``max_caption_tokens`` when the split was opened."""
         return self.tokens.num_truncated
 
+    def with_noise(self, image_index: np.ndarray) -> PrecomputedSplit:
+        """This split paired for training by ``image_index``: (N_cap,) caption -> image of
+        this (subset) split, e.g. from :func:`~precomputed.noise.load_noise_index`; checked."""
+        subset = isinstance(self.features, _SubsetStore)
+        n_file = len(self.features._base) if subset else len(self.features)
+        index = _check_noise(
+            image_index, self.num_images, len(self.true_image), n_file,
+            self.num_images if subset else None,
+        )  # fmt: skip
+        return dataclasses.replace(self, image_index=index)
+
 
 def open_split(
     root: str | Path,
@@ -74,7 +86,6 @@ def open_split(
     *,
     captions_per_image: int,
     max_images: int | None = None,
-    noise_index: np.ndarray | None = None,
     allow_nonfinite: bool = False,
     max_caption_tokens: int | None = DEFAULT_MAX_CAPTION_TOKENS,
 ) -> PrecomputedSplit:
@@ -88,8 +99,6 @@ def open_split(
         captions_per_image: checked against the files: N_cap must equal cpi * N_img.
         max_images: keep the first ``max_images`` images and their ``cpi * max_images``
             captions (NCR's dev subset); None keeps all.
-        noise_index: (N_cap,) caption -> image map of the (subset) split, e.g. from
-            :func:`~precomputed.noise.load_noise_index`; None means clean.
         allow_nonfinite: accept NaN/inf features.
         max_caption_tokens: cap on token ids per caption (``<start>``/``<end>`` included;
             default 100, far above any caption of the released datasets); longer captions
@@ -109,10 +118,6 @@ def open_split(
         n_img = min(n_img, int(max_images))
         captions = captions[: n_img * captions_per_image]
     true_image = clean_image_index(n_img, captions_per_image)
-    if noise_index is None:
-        image_index = true_image.copy()
-    else:
-        image_index = _check_noise(noise_index, n_img, len(true_image), len(features), max_images)
     tokens = TokenizedCaptions.from_texts(captions, vocab, max_tokens=max_caption_tokens)
     if tokens.num_truncated:
         logger.warning(
@@ -134,7 +139,7 @@ def open_split(
         tokens=tokens,
         captions_per_image=captions_per_image,
         true_image=true_image,
-        image_index=image_index,
+        image_index=true_image.copy(),
     )
 
 
@@ -174,10 +179,6 @@ class _SubsetStore(FeatureStore):
 
     def __getitem__(self, idx: int) -> np.ndarray:
         return self._base[self._check_index(int(idx))]
-
-    def take(self, indices: np.ndarray) -> np.ndarray:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return self._base.take(np.array([self._check_index(int(i)) for i in idx], dtype=np.int64))
 
     def slice(self, start: int, stop: int) -> np.ndarray:
         start, stop, _ = slice(start, stop).indices(self.shape[0])

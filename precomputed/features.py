@@ -68,19 +68,6 @@ class FeatureStore:
         """One image's regions, (R, D) float32."""
         return np.asarray(self._array[self._check_index(int(idx))], dtype=np.float32)
 
-    def take(self, indices: np.ndarray) -> np.ndarray:
-        """Regions of several images, (B, R, D) float32, in the order of ``indices``."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        idx = np.array([self._check_index(int(i)) for i in idx], dtype=np.int64)
-        if self._h5file is None:
-            return np.asarray(self._array[idx], dtype=np.float32)
-        # h5py fancy indexing needs increasing unique indices: read those, then re-order.
-        uniq, inverse = np.unique(idx, return_inverse=True)
-        rows = np.asarray(self._array[uniq], dtype=np.float32) if len(uniq) else None
-        if rows is None:
-            return np.empty((0, *self.shape[1:]), dtype=np.float32)
-        return rows[inverse]
-
     def slice(self, start: int, stop: int) -> np.ndarray:
         """Images ``start:stop`` as one contiguous read, (stop-start, R, D) float32."""
         start, stop, _ = slice(start, stop).indices(self.shape[0])

@@ -27,7 +27,6 @@ __all__ = [
     "noise_sha256",
     "num_noisy",
     "save_noise_index",
-    "select_noisy_captions",
 ]
 
 
@@ -54,16 +53,6 @@ def _check_ratio(ratio: float) -> float:
 def num_noisy(num_captions: int, ratio: float) -> int:
     """Captions that get shuffled: ``int(ratio * num_captions)`` (NCR's floor)."""
     return int(_check_ratio(ratio) * num_captions)
-
-
-def select_noisy_captions(num_captions: int, ratio: float, seed: int) -> np.ndarray:
-    """Positions of the captions whose image indices get shuffled, (int(ratio*N),) int64.
-
-    Uses the same generator stream as :func:`make_caption_noise` (its first draw).
-    """
-    k = num_noisy(num_captions, ratio)
-    rng = np.random.default_rng(seed)
-    return rng.permutation(num_captions)[:k].astype(np.int64)
 
 
 def make_caption_noise(image_index: np.ndarray, ratio: float, seed: int) -> np.ndarray:

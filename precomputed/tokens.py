@@ -61,10 +61,6 @@ class TokenizedCaptions:
         k %= n
         return self.ids[self.offsets[k] : self.offsets[k + 1]]
 
-    def head(self, n: int) -> TokenizedCaptions:
-        """The first ``n`` captions (views into the same arrays)."""
-        return TokenizedCaptions(self.ids[: self.offsets[n]], self.offsets[: n + 1])
-
     @classmethod
     def from_texts(
         cls,

@@ -7,8 +7,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from ._io import atomic_open
 from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 from .tokenizer import tokenize_caption
@@ -45,10 +43,6 @@ class Vocabulary:
         """Ids of ``tokens`` without ``<start>``/``<end>``; OOV -> ``<unk>``."""
         get = self.word2idx.get
         return [get(t, UNK) for t in tokens]
-
-    def encode(self, tokens: Iterable[str]) -> np.ndarray:
-        """``<start>`` ids ``<end>`` as an (L+2,) int32 array; OOV -> ``<unk>`` (SCAN/NCR)."""
-        return np.asarray([START, *self.ids(tokens), END], dtype=np.int32)
 
     def to_json(self) -> dict:
         """The SCAN JSON structure."""

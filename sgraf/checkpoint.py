@@ -53,7 +53,6 @@ __all__ = [
     "load_released_checkpoint",
     "read_torch_file",
     "save_model_file",
-    "to_released_parts",
 ]
 
 # torch.save writes a zip archive since 1.6; older files (the released SGRAF/NCR ones) are a
@@ -474,22 +473,3 @@ def _released_name(key: str) -> str:
         if rest.startswith(new):
             rest = old + rest[len(new) :]
     return f"{part}[{rest}]"
-
-
-def to_released_parts(model: SGRAF) -> list[dict[str, Tensor]]:
-    """This package's state dict as a released-style list ``[img, txt, sim]`` (SGRAF/NCR
-    naming ``fc`` for one view, UGNCL naming ``fc1``, ``fc2`` for several)."""
-    state = model.state_dict()
-    parts: list[dict[str, Tensor]] = [{}, {}, {}]
-    index = {"img_enc": 0, "txt_enc": 1, "sim_enc": 2}
-    for key, value in state.items():
-        part, _, rest = key.partition(".")
-        if part == "img_enc":
-            view, _, leaf = rest[len("fc.") :].partition(".")
-            rest = f"fc.{leaf}" if model.num_views == 1 else f"fc{int(view) + 1}.{leaf}"
-        else:
-            for old, new in _SIM_RENAMES:
-                if rest.startswith(new):
-                    rest = old + rest[len(new) :]
-        parts[index[part]][rest] = value
-    return parts

@@ -12,11 +12,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 # A CPU-sized model for end-to-end runs on the tiny world (sizes only; the maths is the paper's).
 TINY_MODEL = [
-    "model.word_dim=16",
-    "model.embed_dim=32",
-    "model.sim_dim=16",
-    "model.img_dim=64",
-    "model.num_regions=36",
+    "model.sgraf.word_dim=16",
+    "model.sgraf.embed_dim=32",
+    "model.sgraf.sim_dim=16",
+    "model.sgraf.img_dim=64",
+    "model.sgraf.num_regions=36",
 ]
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from sgraf.checkpoint import build_model_from_config
-from ugncl.config import ConfigError, DataConfig, build_config
+from ugncl.build import build_method, model_from_checkpoint
+from ugncl.config import Config, ConfigError, DataConfig, build_config
 from ugncl.engine.checkpoint import CheckpointError, load_checkpoint
 from ugncl.engine.device import select_device
 from ugncl.evaluation import evaluate_models, metric_table
@@ -48,8 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, str, float]:
-    """Data settings of the checkpoint's config with the command-line overrides applied."""
+def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Config]:
+    """Data settings of the checkpoint's config with the command-line overrides applied, and
+    the config whose method supplies the retrieval score (``--eval-score`` applied)."""
     saved = state.get("config")
     config = build_config(saved) if saved else build_config({})
     data = config.data
@@ -65,14 +66,15 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, str,
             f"{args.checkpoints[0]} carries no training config; pass --data-root, --name and "
             "--vocab (and --captions-per-image 1 for CC152K)"
         )
-    return data, args.eval_score or config.eval.eval_score, config.method.ugncl.tau
+    if args.eval_score:
+        eval_config = dataclasses.replace(config.eval, eval_score=args.eval_score)
+        config = dataclasses.replace(config, eval=eval_config)
+    return data, config
 
 
 def load_model(path: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
     state = load_checkpoint(path, map_location="cpu")
-    model = build_model_from_config(state["model_config"])
-    model.load_state_dict(state["model"])
-    return model.to(device), state
+    return model_from_checkpoint(state).to(device), state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,18 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     device = select_device(args.device)
     try:
         loaded = [load_model(path, device) for path in args.checkpoints]
-        data, eval_score, tau = data_config(loaded[0][1], args)
+        data, config = data_config(loaded[0][1], args)
         vocab, _ = open_vocab(data)
         split = open_data_split(data, args.split or data.test_split, vocab)
     except (CheckpointError, ConfigError, MissingDataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    eval_score = config.eval.eval_score
     results, _ = evaluate_models(
         [model for model, _ in loaded],
         split,
         protocol=args.protocol,
-        eval_score=eval_score,
-        tau=tau,
+        score=build_method(config).retrieval_score,
         batch_size=args.batch_size,
         device=device,
     )

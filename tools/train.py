@@ -22,7 +22,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cfg", help="config file or bare name in configs/ (e.g. ugncl_flickr)")
     parser.add_argument(
         "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-        help="override config keys, e.g. --set train.epochs=1 model.head=saf",
+        help="override config keys, e.g. --set train.epochs=1 model.sgraf.head=saf",
     )  # fmt: skip
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
     args = parser.parse_args(argv)

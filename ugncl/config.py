@@ -7,10 +7,11 @@ starts from the same defaults (``_base_: null`` opts out: the file must then be 
 values are parsed as YAML scalars. A key given twice in one mapping of a file is an error.
 Relative ``data.root``, ``data.vocab`` and ``data.noise_file`` are resolved against the current
 working directory when the config is loaded and stored absolute, so a saved config (and a
-``--resume`` from another directory) names the same files. Every
-key must exist in the dataclasses below: an unknown key is an error that suggests the closest
-valid key. Below this module nothing sees a dict: the entry script unpacks these objects into
-explicit constructor arguments.
+``--resume`` from another directory) names the same files. Every key must exist in the
+dataclasses below, where ``model.<backbone>`` and ``method.<name>`` sections come from the
+registries (``ugncl.build.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an error
+that suggests the closest valid key. Below this module nothing sees a dict: the builders
+(``ugncl.build``) unpack these objects into explicit constructor arguments.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -28,6 +30,9 @@ from typing import Any
 import yaml
 
 from precomputed.errors import UserError
+
+if typing.TYPE_CHECKING:  # the class is made from the registries on first use (__getattr__)
+    Config = Any
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 BASE_KEY = "_base_"
@@ -67,60 +72,6 @@ class DataConfig:
 
 
 @dataclass
-class ModelConfig:
-    """SGRAF network sizes (reference_implementations.md section 5.1)."""
-
-    head: str = "sgr"
-    word_dim: int = 300
-    img_dim: int = 2048
-    embed_dim: int = 1024
-    sim_dim: int = 256
-    num_regions: int = 36
-    num_views: int = 2
-    sgr_steps: int = 3
-    bi_gru: bool = True
-    word_dropout: float = 0.4
-
-
-@dataclass
-class UGNCLConfig:
-    """UGNCL hyper-parameters; names follow UGNCL_METHOD.md."""
-
-    tau: float = 0.1
-    evidence_ceiling: float = 50.0
-    evidence_floor: str = "keep"
-    p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
-    epsilon: float = 0.5  # hard-clean / hard-noisy threshold on the soft label
-    kl_weight: float = 0.1  # xi1
-    trl_weight: float = 0.8  # xi2 (paper; the released default is 0.2)
-    margin: float = 0.2  # gamma
-    margin_base: float = 10.0  # m of the soft margin
-    trust_delta: float = 10.0  # Delta of Eq. 17
-    lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
-    lambda_min: int = 5  # theta
-    evidential_loss: str = "fused"
-    division_batch_size: int | None = None  # null -> train.batch_size (K of the division)
-    # Anneal xi1 linearly from 0 over this many epochs (Sensoy et al. 2018); 0 = constant
-    # (released code). See README "Demo" for why the synthetic demo uses it.
-    kl_anneal_epochs: int = 0
-
-
-@dataclass
-class TripletConfig:
-    """Plain SGRAF training with VSE++ hinge (the non-robust baseline)."""
-
-    margin: float = 0.2
-    max_violation: bool = True
-
-
-@dataclass
-class MethodConfig:
-    name: str = "ugncl"
-    ugncl: UGNCLConfig = field(default_factory=UGNCLConfig)
-    triplet: TripletConfig = field(default_factory=TripletConfig)
-
-
-@dataclass
 class TrainConfig:
     """Optimisation and run control. Warm-up epochs come before ``epochs`` main epochs."""
 
@@ -128,8 +79,15 @@ class TrainConfig:
     warmup_epochs: int = 5
     batch_size: int = 128
     lr: float = 2e-4
-    lr_update: int = 20  # lr x lr_decay every lr_update main epochs (warm-up runs at lr)
+    optimizer: str = "adam"  # adam | adamw
+    weight_decay: float = 0.0  # > 0: biases, norms, embeddings, logit_scale are exempt
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    schedule: str = "step"  # step (per epoch) | cosine (per optimiser step)
+    lr_update: int = 20  # step: lr x lr_decay every lr_update main epochs (warm-up runs at lr)
     lr_decay: float = 0.1
+    warmup_steps: int = 0  # cosine: linear warm-up over this many optimiser steps
     grad_clip: float = 2.0
     amp: str = "auto"  # auto (bf16/fp16 on CUDA, off on CPU) | off | bf16 | fp16
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -154,24 +112,80 @@ class RunConfig:
     name: str | None = None  # null -> <config stem>-<timestamp>
 
 
-@dataclass
-class Config:
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    method: MethodConfig = field(default_factory=MethodConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+def _sections(name: str, doc: str, selector: tuple[str, str], registry: Mapping) -> type:
+    """A config dataclass with a selector key and one section per registry entry."""
+    key, default = selector
+    fields = [(key, str, field(default=default))]
+    fields += [(n, spec.config, field(default_factory=spec.config)) for n, spec in registry.items()]
+    cls = dataclasses.make_dataclass(name, fields)
+    cls.__doc__ = doc
+    cls.__module__ = __name__
+    return cls
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+
+@functools.cache
+def _config_classes(backbones: tuple, methods: tuple) -> tuple[type, type, type]:
+    """(Config, ModelConfig, MethodConfig) for the registries' current entries.
+
+    Cached by the registries' content, so registering a backbone or method (a plug-in, a
+    test) gives it a config section and unregistering it gives back the same classes."""
+    model_cls = _sections(
+        "ModelConfig",
+        "``backbone`` selects the model; one section per backbone (``ugncl.build.BACKBONES``).",
+        ("backbone", "sgraf"),
+        dict(backbones),
+    )
+    method_cls = _sections(
+        "MethodConfig",
+        "``name`` selects the method; one section per method (``ugncl.methods.METHODS``).",
+        ("name", "ugncl"),
+        dict(methods),
+    )
+
+    @dataclass
+    class Config:
+        data: DataConfig = field(default_factory=DataConfig)
+        model: model_cls = field(default_factory=model_cls)
+        method: method_cls = field(default_factory=method_cls)
+        train: TrainConfig = field(default_factory=TrainConfig)
+        eval: EvalConfig = field(default_factory=EvalConfig)
+        run: RunConfig = field(default_factory=RunConfig)
+
+        def to_dict(self) -> dict[str, Any]:
+            return dataclasses.asdict(self)
+
+    Config.__qualname__ = "Config"
+    Config.__annotations__ = {
+        "data": DataConfig, "model": model_cls, "method": method_cls, "train": TrainConfig,
+        "eval": EvalConfig, "run": RunConfig,
+    }  # fmt: skip
+    return Config, model_cls, method_cls
+
+
+def config_class() -> type:
+    """The :class:`Config` class for the backbones and methods registered now."""
+    return _registered_classes()[0]
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """Allowed values of string keys: run-level ones plus each section's ``CHOICES``."""
+    from ugncl.build import BACKBONES
+    from ugncl.methods import METHODS
+    from ugncl.optim import OPTIMIZERS, SCHEDULES
+
+    out = dict(CHOICES)
+    out["model.backbone"] = tuple(BACKBONES)
+    out["method.name"] = tuple(METHODS)
+    out["train.optimizer"] = tuple(OPTIMIZERS)
+    out["train.schedule"] = tuple(SCHEDULES)
+    for prefix, registry in (("model", BACKBONES), ("method", METHODS)):
+        for name, spec in registry.items():
+            for key, options in getattr(spec.config, "CHOICES", {}).items():
+                out[f"{prefix}.{name}.{key}"] = tuple(options)
+    return out
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "model.head": ("sgr", "saf"),
-    "method.name": ("ugncl", "triplet"),
-    "method.ugncl.evidence_floor": ("keep", "subtract"),
-    "method.ugncl.evidential_loss": ("fused", "per_view"),
     "train.amp": ("auto", "off", "bf16", "fp16"),
     "eval.eval_score": ("evidence", "sigmoid", "raw"),
     "data.noise_format": ("caption", "image"),
@@ -286,7 +300,7 @@ def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 def build_config(tree: Mapping[str, Any]) -> Config:
     """Validate a plain tree against :class:`Config`; unknown keys and bad types are errors."""
-    config = _build_dataclass(Config, tree, prefix="")
+    config = _build_dataclass(config_class(), tree, prefix="")
     _check_choices(config)
     return config
 
@@ -317,8 +331,9 @@ def save_config(config: Config, path: Path) -> None:
     path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
 
 
-def all_keys(cls: type = Config, prefix: str = "") -> list[str]:
+def all_keys(cls: type | None = None, prefix: str = "") -> list[str]:
     """Every valid dotted key (leaves and sections) of a config dataclass."""
+    cls = cls or config_class()
     keys = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -401,7 +416,7 @@ def _coerce(value: Any, hint: Any, dotted: str) -> Any:
 
 
 def _check_choices(config: Config) -> None:
-    for dotted, options in CHOICES.items():
+    for dotted, options in choices().items():
         value: Any = config
         for key in dotted.split("."):
             value = getattr(value, key)
@@ -414,3 +429,20 @@ def _check_choices(config: Config) -> None:
         )
     if config.train.batch_size < 2:
         raise ConfigError("train.batch_size must be >= 2 (in-batch negatives and BatchNorm)")
+
+
+def _registered_classes() -> tuple[type, type, type]:
+    from ugncl.build import BACKBONES
+    from ugncl.methods import METHODS
+
+    return _config_classes(tuple(BACKBONES.items()), tuple(METHODS.items()))
+
+
+def __getattr__(name: str) -> type:
+    """``Config``, ``ModelConfig``, ``MethodConfig``: the classes of the registered backbones
+    and methods, made on first use (the registries import the methods, which must not need
+    this module while it loads)."""
+    names = ("Config", "ModelConfig", "MethodConfig")
+    if name in names:
+        return _registered_classes()[names.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

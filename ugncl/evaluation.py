@@ -3,14 +3,16 @@
 The pipeline for one split and one or more checkpoints is::
 
     encoded = encode_split(model, split, device=device)            # once per model
-    scores = score_matrix(model, encoded, eval_score="evidence")   # (n_img, n_cap) float32
+    scores = score_matrix(model, encoded, score=method.retrieval_score)  # (n_img, n_cap) float32
     scores = ensemble([scores_sgr, scores_saf])                    # "SGRAF" / UGNCL*
     results = evaluate_scores(scores, encoded.caption_to_image, protocol="coco5fold")
 
 Every image is encoded once (the released code encodes each image once per caption, in
 float64; reference_implementations.md section 4.6), embeddings are kept in float32 on the CPU,
 and the metrics come from :mod:`ugncl.metrics` (pure functions of the score matrix and the clean
-caption->image map).
+caption->image map). Only the similarity-model interface (:mod:`ugncl.similarity`) and the
+evaluation-data interface (:class:`ugncl.data.EvalData`; an opened precomputed split is
+wrapped) are used, so every backbone and data source evaluates the same way.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from precomputed.collate import pad_captions
 from precomputed.dataset import PrecomputedSplit
-from sgraf.model import score_all_pairs
+from ugncl.data import EvalData
 from ugncl.metrics import METRIC_KEYS, coco_folds, fold_metrics, retrieval_metrics
+from ugncl.precomputed_data import as_eval_data
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ __all__ = [
     "EVAL_SCORES",
     "PROTOCOLS",
     "EncodedSplit",
+    "Evaluator",
     "default_protocol",
     "encode_split",
     "ensemble",
@@ -58,8 +61,10 @@ class EncodedSplit:
     """Embeddings of one split under one model, kept on the CPU in float32.
 
     Attributes:
-        img_emb: ``(W, n_img, R, E)`` region embeddings per image view (each image once).
-        cap_emb: ``(n_cap, L_max, E)`` word embeddings, zero beyond each caption's length.
+        img_emb: image embeddings, images on the model's ``image_axis`` (SGRAF: ``(W, n_img,
+            R, E)`` region embeddings per view), each image once.
+        cap_emb: ``(n_cap, ...)`` caption embeddings; token-level ones ``(n_cap, L_max, E)``,
+            zero beyond each caption's length.
         lengths: ``(n_cap,)`` int64 caption lengths (tokens incl. ``<start>``/``<end>``).
         caption_to_image: ``(n_cap,)`` int64 *clean* caption->image map used for ranking.
         name: dataset name (e.g. ``"f30k_precomp"``).
@@ -72,10 +77,11 @@ class EncodedSplit:
     caption_to_image: np.ndarray
     name: str = ""
     split: str = ""
+    image_axis: int = 1
 
     @property
     def num_images(self) -> int:
-        return int(self.img_emb.shape[1])
+        return int(self.img_emb.shape[self.image_axis])
 
     @property
     def num_captions(self) -> int:
@@ -105,7 +111,7 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
 
 def encode_split(
     model: nn.Module,
-    split: PrecomputedSplit,
+    split: EvalData | PrecomputedSplit,
     *,
     batch_size: int = 128,
     device: torch.device | str | None = None,
@@ -113,9 +119,10 @@ def encode_split(
     """Encode every image once and every caption once.
 
     Args:
-        model: an ``sgraf.SGRAF`` (or any module with ``encode_images`` / ``encode_captions``),
-            already on ``device``.
-        split: the opened split; images are read with contiguous ``features.slice`` calls.
+        model: a similarity model (``encode_images`` / ``encode_captions``), already on
+            ``device``.
+        split: the split to encode (an opened precomputed split reads its images with
+            contiguous ``features.slice`` calls).
         batch_size: images or captions per forward pass.
         device: where the forward passes run (default: the model's parameter device).
 
@@ -124,11 +131,13 @@ def encode_split(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    data = as_eval_data(split)
     device = torch.device(device) if device is not None else _model_device(model)
-    n_img, n_cap = int(split.num_images), int(split.num_captions)
-    lengths = torch.as_tensor(np.asarray(split.tokens.lengths), dtype=torch.int64)
+    axis = int(getattr(model, "image_axis", 0))
+    n_img, n_cap = int(data.num_images), int(data.num_captions)
+    lengths = torch.as_tensor(np.asarray(data.lengths), dtype=torch.int64)
     if lengths.shape != (n_cap,):
-        raise ValueError(f"split.tokens.lengths has shape {tuple(lengths.shape)}, want ({n_cap},)")
+        raise ValueError(f"caption lengths have shape {tuple(lengths.shape)}, want ({n_cap},)")
     l_max = int(lengths.max())
 
     img_emb: Tensor | None = None
@@ -136,34 +145,32 @@ def encode_split(
     with eval_mode(model):
         for a in range(0, n_img, batch_size):
             b = min(a + batch_size, n_img)
-            feats = torch.from_numpy(np.require(split.features.slice(a, b), np.float32, ["C", "W"]))
-            out = model.encode_images(feats.to(device=device, dtype=torch.float32))  # (W,B,R,E)
+            out = model.encode_images(data.images(a, b).to(device))
             if img_emb is None:
-                img_emb = torch.empty((out.shape[0], n_img, *out.shape[2:]), dtype=torch.float32)
-            img_emb[:, a:b] = out.float().cpu()
+                shape = list(out.shape)
+                shape[axis] = n_img
+                img_emb = torch.empty(shape, dtype=torch.float32)
+            img_emb.narrow(axis, a, b - a).copy_(out.float().cpu())
         for a in range(0, n_cap, batch_size):
             b = min(a + batch_size, n_cap)
-            ids, lens = pad_captions([np.asarray(split.tokens[k]) for k in range(a, b)])
-            out = model.encode_captions(ids.to(device), lens.to(device))  # (B, L_b, E)
-            if cap_emb is None:
-                cap_emb = torch.zeros((n_cap, l_max, out.shape[-1]), dtype=torch.float32)
+            ids, lens = data.captions(a, b)
+            out = model.encode_captions(ids.to(device), lens.to(device))
+            if cap_emb is None:  # token-level (B, L_b, E) outputs are padded to L_max
+                tail = (l_max, *out.shape[2:]) if out.dim() >= 3 else tuple(out.shape[1:])
+                cap_emb = torch.zeros((n_cap, *tail), dtype=torch.float32)
             cap_emb[a:b, : out.shape[1]] = out.float().cpu()
     logger.info(
-        "encoded %s/%s: %d images x %d views, %d captions (L_max %d)",
-        split.name,
-        split.split,
-        n_img,
-        img_emb.shape[0],
-        n_cap,
+        "encoded %s/%s: %d images, %d captions (L_max %d)", data.name, data.split, n_img, n_cap,
         l_max,
-    )
+    )  # fmt: skip
     return EncodedSplit(
         img_emb=img_emb,
         cap_emb=cap_emb,
         lengths=lengths,
-        caption_to_image=np.asarray(split.true_image, dtype=np.int64),
-        name=str(split.name),
-        split=str(split.split),
+        caption_to_image=np.asarray(data.caption_to_image, dtype=np.int64),
+        name=str(data.name),
+        split=str(data.split),
+        image_axis=axis,
     )
 
 
@@ -204,6 +211,7 @@ def score_matrix(
     model: nn.Module,
     encoded: EncodedSplit,
     *,
+    score: Callable[[Tensor], Tensor] | None = None,
     eval_score: str = "evidence",
     tau: float = 0.1,
     device: torch.device | str | None = None,
@@ -212,18 +220,19 @@ def score_matrix(
     """Score every (image, caption) pair of an encoded split, shard by shard.
 
     Args:
-        model: the model that produced ``encoded`` (its similarity head scores the shards).
+        model: the model that produced ``encoded`` (its ``score_all_pairs`` scores the shards).
         encoded: output of :func:`encode_split`.
-        eval_score: per-view transform before averaging over views (see :func:`view_reducer`).
-        tau: evidence temperature (UGNCL tau = 0.1).
-        device: where shards are scored. ``sgraf.score_all_pairs`` runs on the model's
-            parameter device, so this only checks that they agree (move the model first).
-        memory_budget_bytes: working-memory budget per shard (default: ``sgraf``'s).
+        score: raw (W, a, b) -> (a, b) retrieval score, e.g. a method's ``retrieval_score``;
+            None -> ``view_reducer(eval_score, tau)``.
+        eval_score, tau: see :func:`view_reducer` (used when ``score`` is None).
+        device: where shards are scored. ``score_all_pairs`` runs on the model's parameter
+            device, so this only checks that they agree (move the model first).
+        memory_budget_bytes: working-memory budget per shard (default: the model's).
 
     Returns:
         ``(n_img, n_cap)`` float32 scores, rows images, columns captions.
     """
-    reduce = view_reducer(eval_score, tau)
+    reduce = score if score is not None else view_reducer(eval_score, tau)
     kwargs: dict = {"view_reduce": reduce, "out_device": "cpu"}
     if memory_budget_bytes is not None:
         kwargs["memory_budget_bytes"] = int(memory_budget_bytes)
@@ -233,7 +242,7 @@ def score_matrix(
             f"{_model_device(model)}; move the model with model.to(device) first"
         )
     with eval_mode(model):
-        scores = score_all_pairs(model, encoded.img_emb, encoded.cap_emb, encoded.lengths, **kwargs)
+        scores = model.score_all_pairs(encoded.img_emb, encoded.cap_emb, encoded.lengths, **kwargs)
     scores = scores.float().cpu().numpy()
     expected = (encoded.num_images, encoded.num_captions)
     if scores.shape != expected:
@@ -326,9 +335,10 @@ def evaluate_scores(
 
 def evaluate_models(
     models: Sequence[nn.Module],
-    split: PrecomputedSplit,
+    split: EvalData | PrecomputedSplit,
     *,
     protocol: str | None = None,
+    score: Callable[[Tensor], Tensor] | None = None,
     eval_score: str = "evidence",
     tau: float = 0.1,
     batch_size: int = 128,
@@ -339,9 +349,9 @@ def evaluate_models(
 
     Args:
         models: one model, or several whose score matrices are averaged (SGR + SAF).
-        split: the split to rank (its clean ``true_image`` map is the ground truth).
+        split: the split to rank (its clean caption->image map is the ground truth).
         protocol: see :func:`evaluate_scores`; ``None`` -> :func:`default_protocol`.
-        eval_score, tau, memory_budget_bytes: see :func:`score_matrix`.
+        score, eval_score, tau, memory_budget_bytes: see :func:`score_matrix`.
         batch_size, device: see :func:`encode_split`.
 
     Returns:
@@ -350,16 +360,16 @@ def evaluate_models(
     """
     if not models:
         raise ValueError("evaluate_models needs at least one model")
-    protocol = protocol or default_protocol(split.name, split.split)
+    data = as_eval_data(split)
+    protocol = protocol or default_protocol(data.name, data.split)
     mats = []
-    c2i = None
     for model in models:
-        encoded = encode_split(model, split, batch_size=batch_size, device=device)
-        c2i = encoded.caption_to_image
+        encoded = encode_split(model, data, batch_size=batch_size, device=device)
         mats.append(
             score_matrix(
                 model,
                 encoded,
+                score=score,
                 eval_score=eval_score,
                 tau=tau,
                 device=device,
@@ -368,7 +378,69 @@ def evaluate_models(
         )
         del encoded  # free one model's embeddings before encoding with the next
     scores = ensemble(mats)
-    return evaluate_scores(scores, c2i, protocol=protocol), scores
+    return evaluate_scores(scores, data.caption_to_image, protocol=protocol), scores
+
+
+class Evaluator:
+    """Ranks the validation and test splits of a run with the method's retrieval score.
+
+    The trainer calls :meth:`evaluate` with ``"val"`` (the full dev matrix) or ``"test"`` (the
+    dataset's published protocol, :func:`default_protocol`); records are named after the
+    split, e.g. ``dev``, ``test``, ``testall/5fold``.
+
+    Args:
+        val: the validation split, or None (no per-epoch validation).
+        test: the test split, or a zero-argument function that opens it on first use.
+        score: raw (W, a, b) -> (a, b), e.g. ``method.retrieval_score``.
+        batch_size: images or captions per encoding pass.
+        memory_budget_bytes: per-shard budget of all-pairs scoring (None: the model's).
+    """
+
+    def __init__(
+        self,
+        *,
+        val: EvalData | PrecomputedSplit | None,
+        test: EvalData | PrecomputedSplit | Callable[[], EvalData | PrecomputedSplit] | None,
+        score: Callable[[Tensor], Tensor],
+        batch_size: int = 128,
+        memory_budget_bytes: int | None = None,
+    ) -> None:
+        self._splits: dict[str, object] = {"val": val, "test": test}
+        self.score = score
+        self.batch_size = batch_size
+        self.memory_budget_bytes = memory_budget_bytes
+
+    @property
+    def has_val(self) -> bool:
+        return self._splits["val"] is not None
+
+    def data(self, which: str) -> EvalData:
+        """The ``which`` split ("val" | "test"), opened on first use."""
+        source = self._splits.get(which)
+        if source is None:
+            raise ValueError(f"this evaluator has no {which!r} split")
+        if callable(source) and not isinstance(source, (EvalData, PrecomputedSplit)):
+            source = source()
+        data = as_eval_data(source)
+        self._splits[which] = data
+        return data
+
+    def evaluate(self, model: nn.Module, which: str) -> dict[str, dict[str, float]]:
+        """``{record split name: metrics}``; the headline section first."""
+        data = self.data(which)
+        protocol = "full" if which == "val" else default_protocol(data.name, data.split)
+        results, _ = evaluate_models(
+            [model],
+            data,
+            protocol=protocol,
+            score=self.score,
+            batch_size=self.batch_size,
+            memory_budget_bytes=self.memory_budget_bytes,
+        )
+        return {
+            data.split if section in {"full", "1k"} else f"{data.split}/{section}": metrics
+            for section, metrics in results.items()
+        }
 
 
 def metric_table(results: dict[str, dict[str, float]]) -> str:

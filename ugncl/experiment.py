@@ -1,14 +1,15 @@
-"""The boundary between typed configs and explicit constructors: data, noise, model, method.
+"""The precomputed track's data for a run: vocabulary, the noisy training split, dev and test.
 
-``tools/train.py`` and ``tools/eval.py`` call these; nothing here parses a command line.
+``ugncl.training`` and ``tools/eval.py`` call these; nothing here parses a command line.
+Models, methods and optimisers are built by :mod:`ugncl.build`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,9 +23,8 @@ from precomputed.noise import (
     save_noise_index,
 )
 from precomputed.vocab import Vocabulary, load_vocab
-from sgraf.model import SGRAF
-from ugncl.config import Config, DataConfig, MethodConfig, ModelConfig
-from ugncl.methods import METHODS, Method
+from ugncl.config import DataConfig
+from ugncl.precomputed_data import PrecomputedTrainingData
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +40,39 @@ class MissingDataError(FileNotFoundError):
 
 
 @dataclass
-class TrainingData:
+class PrecomputedRunData:
+    """:class:`ugncl.data.RunData` of the precomputed track (SGRAF's builder also reads
+    ``vocab`` and ``train``)."""
+
+    config: DataConfig
     train: PrecomputedSplit
     dev: PrecomputedSplit | None
     vocab: Vocabulary
     vocab_path: Path
     noise_source: str  # "built(ratio, seed)" | path of the loaded file
+
+    @property
+    def image_index(self) -> np.ndarray:
+        return self.train.image_index
+
+    def training_data(self) -> PrecomputedTrainingData:
+        """The training split behind the :class:`ugncl.data.TrainingData` interface."""
+        return PrecomputedTrainingData(self.train)
+
+    def open_test(self) -> PrecomputedSplit:
+        return open_data_split(self.config, self.config.test_split, self.vocab)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "noise_source": self.noise_source,
+            "n_train_captions": self.train.num_captions,
+            "n_train_images": self.train.num_images,
+            "n_noisy": int((~self.train.clean).sum()),
+            "vocab": str(self.vocab_path),
+        }
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {"vocab_path": str(self.vocab_path)}
 
 
 def vocab_candidates(data: DataConfig) -> list[Path]:
@@ -86,14 +113,14 @@ def open_data_split(
         raise MissingDataError(f"{err}\n{DATA_HINT}") from err
 
 
-def open_training_data(data: DataConfig) -> TrainingData:
+def open_training_data(data: DataConfig) -> PrecomputedRunData:
     """Vocabulary, the noisy training split and the dev subset."""
     vocab, vocab_path = open_vocab(data)
     train = open_data_split(data, data.train_split, vocab, max_images=data.train_images)
     noise, source = training_noise(data, train)
-    train = dataclasses.replace(train, image_index=noise)
+    train = train.with_noise(noise)
     dev = open_data_split(data, data.dev_split, vocab, max_images=data.dev_images)
-    return TrainingData(train, dev, vocab, vocab_path, source)
+    return PrecomputedRunData(data, train, dev, vocab, vocab_path, source)
 
 
 def training_noise(data: DataConfig, train: PrecomputedSplit) -> tuple[np.ndarray, str]:
@@ -117,35 +144,3 @@ def record_noise(index: np.ndarray, run_dir: Path) -> str:
     """Save the index trained on into the run directory; returns its sha256."""
     save_noise_index(run_dir / "noise_index.npy", index)
     return noise_sha256(index)
-
-
-def build_model(model: ModelConfig, vocab_size: int) -> SGRAF:
-    return SGRAF(
-        vocab_size,
-        word_dim=model.word_dim,
-        img_dim=model.img_dim,
-        embed_dim=model.embed_dim,
-        sim_dim=model.sim_dim,
-        num_regions=model.num_regions,
-        num_views=model.num_views,
-        head=model.head,
-        sgr_steps=model.sgr_steps,
-        bi_gru=model.bi_gru,
-        word_dropout=model.word_dropout,
-    )
-
-
-def build_method(method: MethodConfig) -> Method:
-    cls = METHODS[method.name]
-    options = getattr(method, method.name)
-    return cls(**dataclasses.asdict(options))
-
-
-def check_model_matches_data(config: Config, split: PrecomputedSplit) -> None:
-    _, regions, dim = split.features.shape
-    if (regions, dim) != (config.model.num_regions, config.model.img_dim):
-        raise ValueError(
-            f"features of {split.name}/{split.split} are {regions} regions x {dim} dims but the "
-            f"model expects model.num_regions={config.model.num_regions}, "
-            f"model.img_dim={config.model.img_dim}; set them to {regions} and {dim}"
-        )

@@ -1,4 +1,5 @@
-"""One training run from a validated config: run directory, seed, data, model, trainer."""
+"""One training run from a validated config: run directory, seed, data, model, method,
+optimiser, schedule, evaluator, trainer."""
 
 from __future__ import annotations
 
@@ -11,19 +12,14 @@ from typing import Any
 
 import torch
 
+from ugncl.build import build_method, build_model, build_optimizer_and_schedule, open_run_data
 from ugncl.config import Config, save_config
 from ugncl.engine.device import select_device, select_precision
 from ugncl.engine.recorder import MetricsRecorder, create_run_dir, setup_logging
 from ugncl.engine.seed import draw_seed, seed_everything
 from ugncl.engine.trainer import Trainer
-from ugncl.experiment import (
-    build_method,
-    build_model,
-    check_model_matches_data,
-    open_data_split,
-    open_training_data,
-    record_noise,
-)
+from ugncl.evaluation import Evaluator
+from ugncl.experiment import record_noise
 
 logger = logging.getLogger(__name__)
 
@@ -63,36 +59,34 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     seed = seed_everything(config.train.seed)
     logger.info("run %s, seed %d", run_dir, seed)
 
-    data = open_training_data(config.data)
-    check_model_matches_data(config, data.train)
+    data = open_run_data(config)
+    model = build_model(config, data)
     device = select_device(config.train.device)
     precision = select_precision(config.train.amp, device)
-    model = build_model(config.model, len(data.vocab))
-    method = build_method(config.method)
+    training_data = data.training_data()
+    method = build_method(config, model, training_data.num_samples)
+    steps_per_epoch = training_data.num_samples // config.train.batch_size
+    optimizer, schedule = build_optimizer_and_schedule(config, model, method, steps_per_epoch)
+    evaluator = Evaluator(
+        val=data.dev,
+        test=data.open_test,
+        score=method.retrieval_score,
+        batch_size=config.train.eval_batch_size,
+        memory_budget_bytes=config.eval.memory_budget_mb * 2**20,
+    )
     recorder = MetricsRecorder(run_dir)
     try:
-        sha = record_noise(data.train.image_index, run_dir)
-        n_noisy = int((~data.train.clean).sum())
-        recorder.write(
-            "setup",
-            seed=seed,
-            device=str(device),
-            noise_sha256=sha,
-            noise_source=data.noise_source,
-            n_train_captions=data.train.num_captions,
-            n_train_images=data.train.num_images,
-            n_noisy=n_noisy,
-            vocab=str(data.vocab_path),
-        )
-        logger.info(
-            "train split: %d images, %d captions, %d noisy (%s), noise sha256 %s",
-            data.train.num_images, data.train.num_captions, n_noisy, data.noise_source, sha,
-        )  # fmt: skip
+        sha = record_noise(data.image_index, run_dir)
+        described = data.describe()
+        recorder.write("setup", seed=seed, device=str(device), noise_sha256=sha, **described)
+        logger.info("training data: %s, noise sha256 %s", described, sha)
         trainer = Trainer(
             model=model,
             method=method,
-            train_split=data.train,
-            dev_split=data.dev,
+            data=training_data,
+            optimizer=optimizer,
+            schedule=schedule,
+            evaluator=evaluator,
             run_dir=run_dir,
             recorder=recorder,
             device=device,
@@ -101,18 +95,11 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             epochs=config.train.epochs,
             warmup_epochs=config.train.warmup_epochs,
             batch_size=config.train.batch_size,
-            lr=config.train.lr,
-            lr_update=config.train.lr_update,
-            lr_decay=config.train.lr_decay,
             grad_clip=config.train.grad_clip,
             log_every=config.train.log_every,
-            eval_batch_size=config.train.eval_batch_size,
-            eval_score=config.eval.eval_score,
-            tau=config.method.ugncl.tau,
-            memory_budget_bytes=config.eval.memory_budget_mb * 2**20,
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
-            checkpoint_extra={"config": config.to_dict(), "vocab_path": str(data.vocab_path)},
+            checkpoint_extra={"config": config.to_dict(), **data.checkpoint_extra()},
         )
         if resume_dir is not None:
             trainer.resume(run_dir / "checkpoints" / "last.pt")
@@ -120,8 +107,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         test = None
         finished = trainer.epoch >= trainer.total_epochs
         if finished and config.eval.test_after_training:
-            test_split = open_data_split(config.data, config.data.test_split, data.vocab)
-            test = trainer.test(test_split)
+            test = trainer.test()
         return TrainResult(run_dir, summary["best_rsum"], summary["best_epoch"], test)
     finally:
         recorder.close()

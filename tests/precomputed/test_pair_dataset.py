@@ -2,11 +2,12 @@ import numpy as np
 import pytest
 import torch
 
-from precomputed.collate import collate_pairs, pad_captions
+from precomputed.collate import pad_captions
 from precomputed.dataset import PairDataset, open_split
 from precomputed.errors import DataFormatError
 from precomputed.noise import clean_image_index, make_caption_noise
 from tests.precomputed.conftest import tiny_captions
+from ugncl.precomputed_data import collate_pairs
 
 
 @pytest.mark.parametrize("fmt,caps,cpi", [("npy", "txt", 5), ("h5", "tsv", 1)])
@@ -24,9 +25,8 @@ def test_open_split_and_items(make_split, toy_vocab, fmt, caps, cpi):
 def test_noise_and_batch(make_split, toy_vocab):
     root = make_split()
     noisy = make_caption_noise(clean_image_index(8, 5), 0.5, seed=0)
-    split = open_split(
-        root, "toy_precomp", "train", toy_vocab, captions_per_image=5, noise_index=noisy
-    )
+    split = open_split(root, "toy_precomp", "train", toy_vocab, captions_per_image=5)
+    split = split.with_noise(noisy)
     ds = PairDataset(split)
     batch = collate_pairs([ds[k] for k in range(40)])
     assert batch.images.shape == (40, 4, 6) and batch.images.dtype == torch.float32
@@ -48,19 +48,11 @@ def test_max_images_subset(make_split, toy_vocab):
     root = make_split(split="dev", num_images=8)
     split = open_split(root, "toy_precomp", "dev", toy_vocab, captions_per_image=5, max_images=3)
     assert split.num_images == 3 and split.num_captions == 15 and len(split.features) == 3
-    assert split.features.take(np.array([2, 0]))[:, 0, 0].tolist() == [2, 0]
+    assert [split.features[i][0, 0] for i in (2, 0)] == [2, 0]
     with pytest.raises(IndexError):
         split.features[3]
     with pytest.raises(DataFormatError, match="subset"):
-        open_split(
-            root,
-            "toy_precomp",
-            "dev",
-            toy_vocab,
-            captions_per_image=5,
-            max_images=3,
-            noise_index=clean_image_index(8, 5),
-        )
+        split.with_noise(clean_image_index(8, 5))
 
 
 def test_count_mismatch_reports_both_counts(make_split, toy_vocab):
@@ -72,13 +64,8 @@ def test_count_mismatch_reports_both_counts(make_split, toy_vocab):
 def test_bad_noise_index_for_split(make_split, toy_vocab):
     root = make_split()
     with pytest.raises(DataFormatError, match="length 8"):
-        open_split(
-            root,
-            "toy_precomp",
-            "train",
-            toy_vocab,
-            captions_per_image=5,
-            noise_index=np.arange(8),
+        open_split(root, "toy_precomp", "train", toy_vocab, captions_per_image=5).with_noise(
+            np.arange(8)
         )
 
 

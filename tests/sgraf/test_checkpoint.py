@@ -7,6 +7,7 @@ import zipfile
 
 import pytest
 import torch
+from torch import Tensor
 
 from sgraf.checkpoint import (
     CheckpointError,
@@ -15,9 +16,12 @@ from sgraf.checkpoint import (
     load_model_file,
     load_released_checkpoint,
     save_model_file,
-    to_released_parts,
 )
+from sgraf.model import SGRAF
 from tests.sgraf.conftest import TINY, VOCAB, make_batch, make_model
+
+# Released sim_enc names -> this package's (the inverse of the loader's renames).
+SIM_RENAMES = (("SGR_module.", "sgr.steps."), ("SAF_module.", "saf."))
 
 E, S, R, D, WD = TINY["embed_dim"], TINY["sim_dim"], TINY["num_regions"], TINY["img_dim"], 6
 
@@ -76,6 +80,25 @@ def perturbed(head: str, views: int, seed: int = 3):
             else:
                 tensor.fill_(7)
     return model.eval()
+
+
+def to_released_parts(model: SGRAF) -> list[dict[str, Tensor]]:
+    """This package's state dict as a released-style list ``[img, txt, sim]`` (SGRAF/NCR
+    naming ``fc`` for one view, UGNCL naming ``fc1``, ``fc2`` for several)."""
+    state = model.state_dict()
+    parts: list[dict[str, Tensor]] = [{}, {}, {}]
+    index = {"img_enc": 0, "txt_enc": 1, "sim_enc": 2}
+    for key, value in state.items():
+        part, _, rest = key.partition(".")
+        if part == "img_enc":
+            view, _, leaf = rest[len("fc.") :].partition(".")
+            rest = f"fc.{leaf}" if model.num_views == 1 else f"fc{int(view) + 1}.{leaf}"
+        else:
+            for old, new in SIM_RENAMES:
+                if rest.startswith(new):
+                    rest = old + rest[len(new) :]
+        parts[index[part]][rest] = value
+    return parts
 
 
 def released_parts(model) -> list[dict]:

@@ -106,8 +106,9 @@ def test_one_noise_file_gives_one_sha256_through_both_tracks(tmp_path):
     noise_file = tmp_path / "synthetic_precomp" / "noise_0.5_seed0.npy"
     noise = load_noise_index(noise_file, num_images=8, captions_per_image=5)
     vocab = load_vocab(tmp_path / "synthetic_precomp_vocab.json")
-    features = open_split(tmp_path, "synthetic_precomp", "train", vocab, captions_per_image=5,
-                          noise_index=noise)  # fmt: skip
+    features = open_split(
+        tmp_path, "synthetic_precomp", "train", vocab, captions_per_image=5
+    ).with_noise(noise)
     images = open_image_split(
         clip_root, "train", naming="f30k", captions_per_image=5, noise_index=noise
     )

@@ -40,8 +40,8 @@ def test_paper_settings_per_dataset() -> None:
     triplet, _ = load_config("triplet_flickr")
     assert (coco.train.epochs, coco.train.warmup_epochs, coco.data.test_split) == (20, 2, "testall")
     assert (cc.data.captions_per_image, cc.data.noise_ratio) == (1, 0.0)
-    assert (flickr.model.num_views, flickr.method.name, flickr.train.lr) == (2, "ugncl", 2e-4)
-    assert (triplet.model.num_views, triplet.method.name) == (1, "triplet")
+    assert (flickr.model.sgraf.num_views, flickr.method.name, flickr.train.lr) == (2, "ugncl", 2e-4)
+    assert (triplet.model.sgraf.num_views, triplet.method.name) == (1, "triplet")
 
 
 def test_bare_name_and_extension_resolve() -> None:
@@ -55,9 +55,9 @@ def test_missing_config_lists_available() -> None:
 
 def test_overrides_win_and_parse_yaml_scalars() -> None:
     config, _ = load_config(
-        "ugncl_flickr", ["model.head=saf", "train.lr=1e-4", "data.vocab=null", "train.seed=3"]
+        "ugncl_flickr", ["model.sgraf.head=saf", "train.lr=1e-4", "data.vocab=null", "train.seed=3"]
     )
-    assert config.model.head == "saf"
+    assert config.model.sgraf.head == "saf"
     assert config.train.lr == pytest.approx(1e-4)
     assert config.data.vocab is None
     assert config.train.seed == 3
@@ -73,8 +73,8 @@ def test_typo_suggests_the_right_key() -> None:
 def test_wrong_types_and_choices_are_errors() -> None:
     with pytest.raises(ConfigError, match="train.batch_size' expects int"):
         build_config({"train": {"batch_size": "big"}})
-    with pytest.raises(ConfigError, match="model.head' must be one of"):
-        build_config({"model": {"head": "sgraf"}})
+    with pytest.raises(ConfigError, match="model.sgraf.head' must be one of"):
+        build_config({"model": {"sgraf": {"head": "sgraf"}}})
     with pytest.raises(ConfigError, match=r"noise_ratio must be in \[0, 1\)"):
         build_config({"data": {"noise_ratio": 1.0}})
 
@@ -129,3 +129,14 @@ def test_relative_data_paths_are_stored_absolute(tmp_path: Path, monkeypatch) ->
     assert config.data.noise_file == str(Path.home() / "n.npy")
     absolute, _ = load_config("ugncl_synthetic", ["data.root=/srv/scan"])
     assert absolute.data.root == "/srv/scan"
+
+
+def test_registry_names_are_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"train.optimizer' must be one of \('adam', 'adamw'\)"):
+        build_config({"train": {"optimizer": "sgd"}})
+    with pytest.raises(ConfigError, match=r"model.backbone' must be one of \('sgraf',\)"):
+        build_config({"model": {"backbone": "clip"}})
+    with pytest.raises(ConfigError, match=r"method.name' must be one of \('ugncl', 'triplet'\)"):
+        build_config({"method": {"name": "npc"}})
+    with pytest.raises(ConfigError, match=r"did you mean 'model\.sgraf\.embed_dim'"):
+        build_config({"model": {"sgraf": {"embed_dimm": 8}}})

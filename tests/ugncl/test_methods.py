@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from precomputed.collate import PairBatch
 from sgraf.model import SGRAF
+from ugncl.data import PairBatch
 from ugncl.losses import triplet_objective
 from ugncl.methods import METHODS, StepContext, TripletMethod, UGNCLMethod
 

@@ -12,9 +12,11 @@ from sgraf.model import SGRAF
 from ugncl.config import DataConfig
 from ugncl.engine.device import Precision
 from ugncl.engine.recorder import MetricsRecorder
-from ugncl.engine.trainer import NonFiniteLossError, Trainer, _step_schedule
+from ugncl.engine.trainer import NonFiniteLossError, Trainer
 from ugncl.experiment import open_data_split
 from ugncl.methods.base import Method
+from ugncl.optim import build_optimizer, build_schedule, step_schedule
+from ugncl.precomputed_data import PrecomputedTrainingData
 
 
 class NaNAfterFirstStep(Method):
@@ -23,6 +25,7 @@ class NaNAfterFirstStep(Method):
     name = "nan"
 
     def __init__(self) -> None:
+        super().__init__()
         self.calls = 0
 
     def training_step(self, model, batch, ctx):
@@ -38,8 +41,10 @@ def make_trainer(world: Path, run_dir: Path, method: Method) -> Trainer:
     split = open_data_split(data, "train", vocab, max_images=8)
     model = SGRAF(len(vocab), word_dim=8, img_dim=64, embed_dim=16, sim_dim=8)
     run_dir.mkdir()
+    optimizer = build_optimizer("adam", model.parameters(), lr=2e-4)
     return Trainer(
-        model=model, method=method, train_split=split, dev_split=None, run_dir=run_dir,
+        model=model, method=method, data=PrecomputedTrainingData(split), optimizer=optimizer,
+        schedule=build_schedule("step", optimizer), evaluator=None, run_dir=run_dir,
         recorder=MetricsRecorder(run_dir, tensorboard=False), device=torch.device("cpu"),
         precision=Precision(None, False), seed=0, epochs=1, batch_size=8,
     )  # fmt: skip
@@ -53,13 +58,13 @@ def test_non_finite_loss_stops_with_the_term_named(tiny_world: Path, tmp_path: P
 
 
 def test_step_schedule_counts_main_epochs_only() -> None:
-    factor = _step_schedule(warmup_epochs=2, lr_update=3, lr_decay=0.1)
+    factor = step_schedule(warmup_epochs=2, lr_update=3, lr_decay=0.1)
     assert [factor(e) for e in range(8)] == pytest.approx([1, 1, 1, 1, 1, 0.1, 0.1, 0.1])
 
 
 def test_ordered_batches_cover_every_sample_once(tiny_world: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tiny_world, tmp_path / "run", NaNAfterFirstStep())
-    n = len(trainer.train_dataset)  # 40 captions
+    n = len(trainer.data.dataset)  # 40 captions
     for batch_size in (8, 12, 17):
         seen = torch.cat([b.index for b in trainer.ordered_batches(3, batch_size, stream=1)])
         assert sorted(seen.tolist()) == list(range(n))

@@ -19,10 +19,11 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-# The contract's ugncl.data.PairBatch has exactly these fields; the lead swaps the import at merge.
-from precomputed.collate import PairBatch
 from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.image_layout import ImageSplit
+
+# The contract's ugncl.data.PairBatch has exactly these fields; the lead swaps the import at merge.
+from ugncl.data import PairBatch
 
 __all__ = [
     "CaptionDataset",

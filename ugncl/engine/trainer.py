@@ -1,4 +1,9 @@
-"""The one training loop. Methods supply loss terms; everything else lives here."""
+"""The one training loop: any similarity model, any method, any training data.
+
+The trainer owns the device, AMP, the epoch order, optimiser and schedule steps, gradient
+clipping, validation, checkpoints and exact resume. It knows no backbone and no method: the
+method supplies loss terms (and its lifecycle hooks), the evaluator ranks splits.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +13,22 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from precomputed.collate import PairBatch, collate_pairs
-from precomputed.dataset import PairDataset, PrecomputedSplit
+from ugncl.data import PairBatch, TrainingData
 from ugncl.engine.checkpoint import CHECKPOINT_VERSION, load_checkpoint, save_checkpoint
+from ugncl.engine.context import MethodContext, StepContext
 from ugncl.engine.device import Precision
 from ugncl.engine.recorder import MetricsRecorder
-from ugncl.engine.seed import capture_rng_state, epoch_generator, restore_rng_state
-from ugncl.evaluation import default_protocol, evaluate_models
-from ugncl.methods.base import Method, StepContext
+from ugncl.engine.sampling import batch_indices, epoch_order
+from ugncl.engine.seed import capture_rng_state, restore_rng_state
+from ugncl.methods.base import Method
+from ugncl.optim import Schedule
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +39,23 @@ class NonFiniteLossError(FloatingPointError):
     """A loss term turned NaN/inf; the message names the term and the step."""
 
 
-class Trainer:
-    """Adam, step lr schedule, clipping, AMP, warm-up, validation, checkpoints, exact resume.
+class Evaluator(Protocol):
+    """What the trainer needs to validate and test (``ugncl.evaluation.Evaluator``)."""
 
-    Epochs are counted from 0 with the ``warmup_epochs`` warm-up epochs first; the lr is
-    multiplied by ``lr_decay`` every ``lr_update`` main epochs (warm-up runs at ``lr``).
-    Checkpoints are written at the end of every epoch, so a resumed run continues at an epoch
-    boundary; the data order of an epoch depends only on (seed, epoch).
+    @property
+    def has_val(self) -> bool: ...
+
+    def evaluate(self, model: nn.Module, which: str) -> dict[str, dict[str, float]]:
+        """``{record split name: metrics}`` of ``which`` ("val" | "test"); headline first."""
+        ...
+
+
+class Trainer:
+    """Train ``model`` with ``method`` on ``data``; validate and checkpoint every epoch.
+
+    Epochs are counted from 0 with the ``warmup_epochs`` warm-up epochs first. Checkpoints are
+    written at the end of every epoch, so a resumed run continues at an epoch boundary; the
+    data order of an epoch depends only on (seed, epoch).
     """
 
     def __init__(
@@ -46,8 +63,10 @@ class Trainer:
         *,
         model: nn.Module,
         method: Method,
-        train_split: PrecomputedSplit,
-        dev_split: PrecomputedSplit | None,
+        data: TrainingData,
+        optimizer: torch.optim.Optimizer,
+        schedule: Schedule,
+        evaluator: Evaluator | None,
         run_dir: Path,
         recorder: MetricsRecorder,
         device: torch.device,
@@ -56,23 +75,18 @@ class Trainer:
         epochs: int,
         warmup_epochs: int = 0,
         batch_size: int = 128,
-        lr: float = 2e-4,
-        lr_update: int = 20,
-        lr_decay: float = 0.1,
         grad_clip: float = 2.0,
         log_every: int = 50,
-        eval_batch_size: int = 128,
-        eval_score: str = "evidence",
-        tau: float = 0.1,
-        memory_budget_bytes: int = 512 * 2**20,
         num_workers: int = 0,
         stop_after_epochs: int | None = None,
         checkpoint_extra: dict[str, Any] | None = None,
     ) -> None:
         self.model = model.to(device)
-        self.method = method
-        self.train_split = train_split
-        self.dev_split = dev_split
+        self.method = method.to(device)
+        self.data = data
+        self.optimizer = optimizer
+        self.schedule = schedule
+        self.evaluator = evaluator
         self.run_dir = Path(run_dir)
         self.recorder = recorder
         self.device = device
@@ -83,57 +97,66 @@ class Trainer:
         self.batch_size = batch_size
         self.grad_clip = grad_clip
         self.log_every = max(1, log_every)
-        self.eval_batch_size = eval_batch_size
-        self.eval_score = eval_score
-        self.tau = tau
-        self.memory_budget_bytes = memory_budget_bytes
         self.num_workers = num_workers
         self.stop_after_epochs = stop_after_epochs
         self.checkpoint_extra = checkpoint_extra or {}
-
-        self.train_dataset = PairDataset(train_split)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _step_schedule(warmup_epochs, lr_update, lr_decay)
-        )
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.use_grad_scaler)
         self.epoch = 0  # epochs completed
         self.global_step = 0
         self.best_rsum = -math.inf
         self.best_epoch: int | None = None
+        self.setup_done = False
 
     @property
     def total_epochs(self) -> int:
         return self.warmup_epochs + self.epochs
 
+    def context(self) -> MethodContext:
+        """What the method may see of this trainer."""
+        return MethodContext(
+            model=self.model,
+            device=self.device,
+            precision=self.precision,
+            run_dir=self.run_dir,
+            seed=self.seed,
+            warmup_epochs=self.warmup_epochs,
+            batch_size=self.batch_size,
+            num_samples=self.data.num_samples,
+            clean=np.asarray(self.data.clean),
+            recorder=self.recorder,
+            batches=self.ordered_batches,
+        )
+
     # ------------------------------------------------------------------ data order
     def ordered_batches(
-        self, epoch: int, batch_size: int, *, stream: int, drop_last: bool = False
+        self,
+        epoch: int,
+        batch_size: int,
+        stream: int = TRAIN_STREAM,
+        indices: np.ndarray | None = None,
+        *,
+        drop_last: bool = False,
     ) -> DataLoader:
-        """Batches of the training set in the seeded order of (epoch, stream).
-
-        With ``drop_last`` the incomplete tail is dropped (training: BatchNorm needs > 1
-        sample); otherwise a tail shorter than half a batch joins the previous batch so every
-        sample is visited in a batch of comparable size (the division pass).
-        """
-        n = len(self.train_dataset)
-        order = torch.randperm(n, generator=epoch_generator(self.seed, epoch, stream)).tolist()
-        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
-        if batches and len(batches[-1]) < batch_size:
-            if drop_last:
-                batches.pop()
-            elif len(batches) > 1 and len(batches[-1]) < batch_size // 2:
-                batches[-2].extend(batches.pop())
+        """Batches of the training samples (or ``indices``) in the seeded order of
+        (epoch, stream); see :func:`ugncl.engine.sampling.batch_indices` for the tail."""
+        order = epoch_order(self.data.num_samples, self.seed, epoch, stream, indices)
         return DataLoader(
-            self.train_dataset,
-            batch_sampler=batches,
-            collate_fn=collate_pairs,
+            self.data.dataset,
+            batch_sampler=batch_indices(order, batch_size, drop_last=drop_last),
+            collate_fn=self.data.collate,
             num_workers=self.num_workers,
         )
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> dict[str, Any]:
         """Train until ``total_epochs`` (or ``stop_after_epochs`` in this invocation)."""
+        if not self.setup_done:
+            fields = self.method.setup(self.context())
+            if fields is not None:
+                self.recorder.write("method_setup", method=self.method.name, **fields)
+                logger.info("%s setup: %s", self.method.name, _format(fields))
+            self.setup_done = True
         ran = 0
         while self.epoch < self.total_epochs:
             if self.stop_after_epochs is not None and ran >= self.stop_after_epochs:
@@ -145,31 +168,39 @@ class Trainer:
 
     def _run_epoch(self, epoch: int) -> None:
         warmup = epoch < self.warmup_epochs
-        division = self.method.on_epoch_start(self, epoch)
-        if division is not None:
-            self.recorder.write("division", epoch=epoch, **division)
-            logger.info("epoch %d division: %s", epoch, _format(division))
+        ctx = self.context()
+        fields = self.method.on_epoch_start(ctx, epoch)
+        if fields is not None:
+            event = self.method.epoch_record
+            self.recorder.write(event, epoch=epoch, **fields)
+            logger.info("epoch %d %s: %s", epoch, event, _format(fields))
+        subset = self.method.epoch_samples(ctx, epoch)
         self.model.train()
-        loader = self.ordered_batches(epoch, self.batch_size, stream=TRAIN_STREAM, drop_last=True)
+        loader = self.ordered_batches(
+            epoch, self.batch_size, stream=TRAIN_STREAM, indices=subset, drop_last=True
+        )
         if len(loader) == 0:
+            n = self.data.num_samples if subset is None else len(subset)
             raise ValueError(
-                f"the training split has {len(self.train_dataset)} captions, fewer than one "
-                f"batch of {self.batch_size}; lower train.batch_size"
+                f"epoch {epoch} visits {n} samples, fewer than one batch of {self.batch_size}; "
+                "lower train.batch_size"
             )
         started = time.perf_counter()
         for i, batch in enumerate(_progress(loader, epoch, self.total_epochs)):
-            ctx = StepContext(epoch, self.global_step, warmup, self.device)
-            terms = self._train_step(batch.to(self.device), ctx)
+            step = StepContext(epoch, self.global_step, warmup, self.device)
+            terms = self._train_step(batch.to(self.device), step)
             if self.global_step % self.log_every == 0 or i == len(loader) - 1:
                 self._log_train(epoch, terms, i + 1, len(loader), started)
-        self.scheduler.step()
+        self.schedule.after_epoch()
         self.epoch = epoch + 1
-        val = self.evaluate(self.dev_split, "val", epoch) if self.dev_split is not None else None
+        val = None
+        if self.evaluator is not None and self.evaluator.has_val:
+            val = self.evaluate("val", epoch)
         self._checkpoint(epoch, val)
 
-    def _train_step(self, batch: PairBatch, ctx: StepContext) -> dict[str, float]:
+    def _train_step(self, batch: PairBatch, step: StepContext) -> dict[str, float]:
         with self.precision.autocast(self.device):
-            terms = self.method.training_step(self.model, batch, ctx)
+            terms = self.method.training_step(self.model, batch, step)
         loss_terms = {k: v for k, v in terms.items() if k.startswith("loss")}
         if not loss_terms:
             raise RuntimeError(
@@ -180,17 +211,17 @@ class Trainer:
             bad = [k for k, v in loss_terms.items() if not torch.isfinite(v).all()]
             values = {k: float(v.detach()) for k, v in terms.items() if v.numel() == 1}
             raise NonFiniteLossError(
-                f"loss term {bad[0]!r} is non-finite at epoch {ctx.epoch}, step {ctx.global_step} "
-                f"(all terms: {values}). Lower train.lr, check the input features for NaN, or "
-                "set method.ugncl.evidence_ceiling lower."
+                f"loss term {bad[0]!r} is non-finite at epoch {step.epoch}, step "
+                f"{step.global_step} (all terms: {values}). {self.method.nonfinite_hint}"
             )
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(total).backward()
         if self.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            nn.utils.clip_grad_norm_(self.params, self.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        self.schedule.after_step()
         self.global_step += 1
         logged = {k: float(v.detach()) for k, v in terms.items() if _is_scalar(v)}
         logged["loss"] = float(total.detach())
@@ -212,36 +243,24 @@ class Trainer:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(
-        self, split: PrecomputedSplit, event: str, epoch: int, protocol: str = "full"
-    ) -> dict[str, Any]:
-        """Encode ``split`` once, score all pairs in shards, write one ``event`` record per
+    def evaluate(self, which: str, epoch: int) -> dict[str, Any]:
+        """Rank the evaluator's ``which`` split ("val" | "test"), write one record per
         protocol section (e.g. COCO ``testall/5fold`` and ``testall/5k``); returns the first."""
-        results, _ = evaluate_models(
-            [self.model],
-            split,
-            protocol=protocol,
-            eval_score=self.eval_score,
-            tau=self.tau,
-            batch_size=self.eval_batch_size,
-            device=self.device,
-            memory_budget_bytes=self.memory_budget_bytes,
-        )
-        for section, metrics in results.items():
-            name = split.split if section in {"full", "1k"} else f"{split.split}/{section}"
-            self.recorder.write(event, epoch=epoch, split=name, **metrics)
-            logger.info("%s %s epoch %d: %s", event, name, epoch, _format(metrics))
+        if self.evaluator is None:
+            raise RuntimeError("this trainer has no evaluator")
+        results = self.evaluator.evaluate(self.model, which)
+        for name, metrics in results.items():
+            self.recorder.write(which, epoch=epoch, split=name, **metrics)
+            logger.info("%s %s epoch %d: %s", which, name, epoch, _format(metrics))
         return next(iter(results.values()))
 
-    def test(self, split: PrecomputedSplit, protocol: str | None = None) -> dict[str, Any]:
-        """Evaluate the best checkpoint (the last one when no validation ran) on ``split``."""
+    def test(self) -> dict[str, Any]:
+        """Evaluate the best checkpoint (the last one when no validation ran) on the test split."""
         best = self.run_dir / "checkpoints" / "best.pt"
         path = best if best.is_file() else self.run_dir / "checkpoints" / "last.pt"
         state = load_checkpoint(path, map_location=self.device)
         self.model.load_state_dict(state["model"])
-        protocol = protocol or default_protocol(split.name, split.split)
-        return self.evaluate(split, "test", int(state["epoch"]) - 1, protocol=protocol)
+        return self.evaluate("test", int(state["epoch"]) - 1)
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(self, epoch: int, val: dict[str, Any] | None) -> None:
@@ -262,9 +281,10 @@ class Trainer:
             "epoch": self.epoch,
             "global_step": self.global_step,
             "model": self.model.state_dict(),
-            "model_config": dict(self.model.config),
+            "backbone": str(getattr(self.model, "backbone", "")),
+            "model_config": dict(getattr(self.model, "config", {})),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
             "method": self.method.name,
             "method_state": self.method.state_dict(),
@@ -277,7 +297,7 @@ class Trainer:
         }
 
     def resume(self, path: str | Path) -> None:
-        """Restore model, optimiser, scheduler, scaler, counters, RNG and method state."""
+        """Restore model, optimiser, schedule, scaler, counters, RNG and method state."""
         state = load_checkpoint(path, map_location=self.device)
         if state.get("method") != self.method.name:
             raise ValueError(
@@ -286,7 +306,7 @@ class Trainer:
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.schedule.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.method.load_state_dict(state["method_state"])
         restore_rng_state(state["rng"])
@@ -294,15 +314,8 @@ class Trainer:
         self.global_step = int(state["global_step"])
         self.best_rsum = float(state["best_rsum"])
         self.best_epoch = state["best_epoch"]
+        self.setup_done = True  # setup's products are in the method state
         logger.info("resumed from %s at epoch %d, step %d", path, self.epoch, self.global_step)
-
-
-def _step_schedule(warmup_epochs: int, lr_update: int, lr_decay: float):
-    def factor(epoch: int) -> float:
-        main_epoch = max(0, epoch - warmup_epochs)
-        return lr_decay ** (main_epoch // max(1, lr_update))
-
-    return factor
 
 
 def _progress(loader: DataLoader, epoch: int, total_epochs: int) -> Iterator[PairBatch]:

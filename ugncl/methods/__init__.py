@@ -1,9 +1,39 @@
-"""Training methods that plug into the one trainer (name -> class)."""
+"""Training methods that plug into the one trainer, and their registry.
 
-from ugncl.methods.base import Method, StepContext
-from ugncl.methods.triplet import TripletMethod
-from ugncl.methods.ugncl import UGNCLMethod
+Adding a method = its module (a :class:`Method` and its config dataclass) + one line in
+:data:`METHODS` (its config section ``method.<name>`` and its name choice follow) + its YAML.
+"""
 
-METHODS: dict[str, type[Method]] = {"triplet": TripletMethod, "ugncl": UGNCLMethod}
+from dataclasses import dataclass
 
-__all__ = ["METHODS", "Method", "StepContext", "TripletMethod", "UGNCLMethod"]
+from ugncl.engine.context import MethodContext, StepContext
+from ugncl.methods.base import Method
+from ugncl.methods.triplet import TripletConfig, TripletMethod
+from ugncl.methods.ugncl import UGNCLConfig, UGNCLMethod
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method: its config section (a dataclass; may declare ``CHOICES: ClassVar[dict]``)
+    and its class, constructed with the section's fields and ``eval_score``."""
+
+    config: type
+    cls: type[Method]
+
+
+METHODS: dict[str, MethodSpec] = {
+    "ugncl": MethodSpec(UGNCLConfig, UGNCLMethod),
+    "triplet": MethodSpec(TripletConfig, TripletMethod),
+}
+
+__all__ = [
+    "METHODS",
+    "Method",
+    "MethodContext",
+    "MethodSpec",
+    "StepContext",
+    "TripletConfig",
+    "TripletMethod",
+    "UGNCLConfig",
+    "UGNCLMethod",
+]

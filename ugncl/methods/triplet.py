@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor, nn
 
-from precomputed.collate import PairBatch
+from ugncl.data import PairBatch
+from ugncl.engine.context import StepContext
 from ugncl.losses import triplet_objective
-from ugncl.methods.base import Method, StepContext
+from ugncl.methods.base import Method
+
+
+@dataclass
+class TripletConfig:
+    """Plain SGRAF training with the VSE++ hinge (``method.triplet``)."""
+
+    margin: float = 0.2
+    max_violation: bool = True
 
 
 class TripletMethod(Method):
@@ -19,7 +30,10 @@ class TripletMethod(Method):
 
     name = "triplet"
 
-    def __init__(self, *, margin: float = 0.2, max_violation: bool = True) -> None:
+    def __init__(
+        self, *, margin: float = 0.2, max_violation: bool = True, eval_score: str = "sigmoid"
+    ) -> None:
+        super().__init__(eval_score=eval_score)
         self.margin = margin
         self.max_violation = max_violation
 

@@ -8,28 +8,60 @@ soft label and normalised uncertainty until the next epoch.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-from precomputed.collate import PairBatch
+from ugncl.data import PairBatch
 from ugncl.division import DivisionAccumulator, DivisionResult, divide_batch, division_quality
+from ugncl.engine.context import MethodContext, StepContext
 from ugncl.evaluation import eval_mode
 from ugncl.losses import lambda_schedule, ugncl_objective, warmup_objective
-from ugncl.methods.base import Method, StepContext
-
-if TYPE_CHECKING:
-    from ugncl.engine.trainer import Trainer
+from ugncl.methods.base import Method
 
 logger = logging.getLogger(__name__)
 
 DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses stream 0)
 
 
+@dataclass
+class UGNCLConfig:
+    """UGNCL hyper-parameters (``method.ugncl``); names follow UGNCL_METHOD.md."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "evidence_floor": ("keep", "subtract"),
+        "evidential_loss": ("fused", "per_view"),
+    }
+
+    tau: float = 0.1
+    evidence_ceiling: float = 50.0
+    evidence_floor: str = "keep"
+    p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
+    epsilon: float = 0.5  # hard-clean / hard-noisy threshold on the soft label
+    kl_weight: float = 0.1  # xi1
+    trl_weight: float = 0.8  # xi2 (paper; the released default is 0.2)
+    margin: float = 0.2  # gamma
+    margin_base: float = 10.0  # m of the soft margin
+    trust_delta: float = 10.0  # Delta of Eq. 17
+    lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
+    lambda_min: int = 5  # theta
+    evidential_loss: str = "fused"
+    division_batch_size: int | None = None  # null -> train.batch_size (K of the division)
+    # Anneal xi1 linearly from 0 over this many epochs (Sensoy et al. 2018); 0 = constant
+    # (released code). See README "Demo" for why the synthetic demo uses it.
+    kl_anneal_epochs: int = 0
+
+
 class UGNCLMethod(Method):
     """The UGNCL training method over a W-view SGRAF model."""
 
     name = "ugncl"
+    epoch_record = "division"
+    nonfinite_hint = (
+        "Lower train.lr, check the input features for NaN, or set "
+        "method.ugncl.evidence_ceiling lower."
+    )
 
     def __init__(
         self,
@@ -49,7 +81,9 @@ class UGNCLMethod(Method):
         evidential_loss: str = "fused",
         division_batch_size: int | None = None,
         kl_anneal_epochs: int = 0,
+        eval_score: str = "evidence",
     ) -> None:
+        super().__init__(eval_score=eval_score, score_tau=tau)
         self.tau = tau
         self.ceiling = evidence_ceiling
         self.floor = evidence_floor
@@ -69,16 +103,16 @@ class UGNCLMethod(Method):
         self._last_lambda: int | None = None
 
     # ------------------------------------------------------------------ epoch start
-    def on_epoch_start(self, trainer: Trainer, epoch: int) -> dict[str, Any] | None:
-        if epoch < trainer.warmup_epochs:
+    def on_epoch_start(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
+        if epoch < ctx.warmup_epochs:
             return None
-        batch_size = self.division_batch_size or trainer.batch_size
-        model = trainer.model
-        accumulator = DivisionAccumulator(trainer.train_split.num_captions)
+        batch_size = self.division_batch_size or ctx.batch_size
+        model = ctx.model
+        accumulator = DivisionAccumulator(ctx.num_samples)
         with eval_mode(model):
-            for batch in trainer.ordered_batches(epoch, batch_size, stream=DIVISION_STREAM):
-                batch = batch.to(trainer.device)
-                with trainer.precision.autocast(trainer.device):
+            for batch in ctx.batches(epoch, batch_size, stream=DIVISION_STREAM):
+                batch = batch.to(ctx.device)
+                with ctx.autocast():
                     raw = model(batch.images, batch.captions, batch.lengths)
                 division = divide_batch(
                     raw.float(),
@@ -90,12 +124,13 @@ class UGNCLMethod(Method):
                 )
                 accumulator.add(batch.index.cpu(), division)
         self.division = accumulator.result()
-        return division_quality(self.division.sets, trainer.train_split.clean)
+        return division_quality(self.division.sets, ctx.clean)
 
     # ------------------------------------------------------------------ step
     def training_step(
         self, model: nn.Module, batch: PairBatch, ctx: StepContext
     ) -> dict[str, Tensor]:
+        """Warm-up: identity-target evidential loss + top-lambda hinge; then Eqs. 12-18."""
         raw = model(batch.images, batch.captions, batch.lengths).float()
         lam = lambda_schedule(
             raw.shape[-1], ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
@@ -143,9 +178,10 @@ class UGNCLMethod(Method):
         """The hardness schedule's current lambda (the division has its own record)."""
         return {} if self._last_lambda is None else {"lambda": self._last_lambda}
 
-    def state_dict(self) -> dict[str, Any]:
+    def get_extra_state(self) -> dict[str, Any]:
+        """The last division (per-sample arrays indexed by sample index) for checkpoints."""
         return {"division": None if self.division is None else self.division.to_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def set_extra_state(self, state: dict[str, Any]) -> None:
         division = state.get("division")
         self.division = None if division is None else DivisionResult.from_state(division)

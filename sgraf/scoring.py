@@ -1,0 +1,288 @@
+"""Block planning and all-pairs scoring of the SGRAF similarity head under a memory budget.
+
+The released code loops over captions in Python; here every (image, caption) pair of a block
+is scored at once, with padded words masked so that padding never changes a score, and the
+(image, caption) grid is cut into blocks whose estimated working set fits a byte budget.
+Captions are visited sorted by length so each block is trimmed to its longest caption.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from sgraf.attention import check_num_regions
+from sgraf.functional import word_mask
+
+if TYPE_CHECKING:
+    from sgraf.head import SimilarityHead
+    from sgraf.model import SGRAF
+
+DEFAULT_MEMORY_BUDGET = 512 * 2**20
+
+
+def bytes_per_pair(
+    n_words: int,
+    n_regions: int,
+    embed_dim: int,
+    sim_dim: int,
+    *,
+    head: str = "sgr",
+    sgr_steps: int = 3,
+    itemsize: int = 4,
+    autograd: bool = False,
+) -> int:
+    """Estimated peak working set of scoring one (image, caption) pair, in bytes.
+
+    With ``autograd`` every intermediate stays alive for the backward pass: attention maps
+    (3 R L), attended context and squared difference (2 L E), local alignment (3 L S),
+    global alignment (E + 2 S), nodes, and per graph step the packed projection, edges and
+    outputs. Without it (the no_grad path updates in place and frees stages) the peak is
+    the larger of the attention stage (2 R L + L E) and the projection stage (L E + 2 L S),
+    plus the node tensors of the head.
+    """
+    L, R, E, S = n_words, n_regions, embed_dim, sim_dim
+    nodes = L + 1
+    if head == "sgr":
+        per_step = nodes * (2 * S + 2) + 2 * nodes * nodes + 2 * nodes * S
+        head_elems = sgr_steps * per_step if autograd else per_step + 2 * nodes * S
+    else:
+        head_elems = 4 * nodes + 2 * nodes * S
+    if autograd:
+        elems = 3 * R * L + 2 * L * E + 3 * L * S + E + 2 * S + nodes * S + head_elems
+    else:
+        elems = max(2 * R * L + L * E, L * E + 2 * L * S) + E + nodes * S + head_elems
+    return int(elems * itemsize)
+
+
+def plan_blocks(
+    n_img: int, n_cap: int, pair_bytes: int, budget: int, *, split_images: bool = True
+) -> tuple[int, int]:
+    """Block shape (images, captions) whose pair count fits ``budget // pair_bytes``.
+
+    Square-ish blocks keep both GEMM sides large. With ``split_images=False`` (SAF in
+    training mode, whose BatchNorm statistics span all images) only captions are split,
+    even if one caption column exceeds the budget.
+    """
+    if budget <= 0:
+        raise ValueError(f"memory_budget_bytes must be positive, got {budget}")
+    pairs = max(1, budget // max(1, pair_bytes))
+    if not split_images:
+        return n_img, min(n_cap, max(1, pairs // max(1, n_img)))
+    side = math.isqrt(pairs)
+    rows = min(n_img, max(side, pairs // max(1, n_cap)))
+    return max(1, rows), min(n_cap, max(1, pairs // max(1, rows)))
+
+
+def check_pair_inputs(
+    num_views: int, num_regions: int, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor
+) -> None:
+    """Shapes of encoded inputs: (W, n_img, R, E), (n_cap, L, E) and lengths in [1, L]."""
+    if img_emb.dim() != 4 or img_emb.shape[0] != num_views:
+        raise ValueError(
+            f"img_emb must be (W={num_views}, n_img, R, E) as returned by encode_images, "
+            f"got shape {tuple(img_emb.shape)}"
+        )
+    check_num_regions(img_emb.shape[2], num_regions)
+    if cap_emb.dim() != 3 or lengths.shape != (cap_emb.shape[0],):
+        raise ValueError(
+            f"cap_emb must be (n_cap, L, E) with lengths (n_cap,), got {tuple(cap_emb.shape)} "
+            f"and {tuple(lengths.shape)}"
+        )
+    if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > cap_emb.shape[1]):
+        raise ValueError(
+            f"every caption needs 1 <= length <= L={cap_emb.shape[1]} to be scored, got lengths "
+            f"in [{int(lengths.min())}, {int(lengths.max())}]; drop empty captions first"
+        )
+
+
+def score_pairs(
+    head: SimilarityHead,
+    img_emb: Tensor,
+    cap_emb: Tensor,
+    lengths: Tensor,
+    *,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+) -> Tensor:
+    """Raw scores of all (image, caption) pairs through ``head``, differentiable, in blocks.
+
+    Args:
+        head: the similarity head.
+        img_emb: (W, n_img, R, E) image region embeddings (checked by the caller).
+        cap_emb: (n_cap, L, E) word features.
+        lengths: (n_cap,) real words per caption (>= 1).
+
+    Returns:
+        (W, n_img, n_cap) raw scores, columns in the caption order of ``cap_emb``.
+    """
+    img_glo = head.image_globals(img_emb)
+    mask = word_mask(lengths, cap_emb.shape[1])
+    cap_glo = head.t_global_w(cap_emb, mask)
+    stats: list = []
+    blocks = iter_blocks(
+        head, img_emb, img_glo, cap_emb, cap_glo, lengths, memory_budget_bytes, stats
+    )
+    rows: dict[int, list[Tensor]] = {}
+    col_order: list[Tensor] = []
+    for img_start, cap_idx, block in blocks:
+        if img_start == 0:
+            col_order.append(cap_idx)
+        rows.setdefault(img_start, []).append(block)
+    order = torch.cat(col_order)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    sorted_scores = torch.cat([torch.cat(rows[r], dim=2) for r in sorted(rows)], dim=1)
+    commit_saf_stats(head, stats, order)
+    return sorted_scores[:, :, inverse]
+
+
+def iter_blocks(
+    head: SimilarityHead,
+    img_emb: Tensor,
+    img_glo: Tensor,
+    cap_emb: Tensor,
+    cap_glo: Tensor,
+    lengths: Tensor,
+    budget: int,
+    saf_stats: list,
+) -> Iterator[tuple[int, Tensor, Tensor]]:
+    """Yield ``(image_start, caption_indices, raw (W, rows, cols) block)`` over the grid.
+
+    Captions are visited sorted by length and each block is trimmed to its longest caption,
+    which removes most padding work (exact, since padding is masked). A block holds all W
+    views of its images, so ``view_reduce`` can be applied per block. Caption chunks are the
+    outer loop: only one chunk of captions needs to be on the device at a time.
+
+    Args:
+        img_emb: (W, n_img, R, E) on the head's device; img_glo: (W, n_img, E) likewise.
+        cap_emb: (n_cap, L, E) anywhere; cap_glo: (n_cap, E) anywhere.
+        lengths: (n_cap,) lengths >= 1.
+    """
+    n_views, n_img, n_reg, dim = img_emb.shape
+    device = img_emb.device
+    lengths_cpu = lengths.detach().to("cpu", torch.int64)
+    order_cpu = torch.argsort(lengths_cpu, stable=True)
+    train_saf = head.head == "saf" and head.training
+    pair_bytes = n_views * bytes_per_pair(
+        int(lengths_cpu.max()),
+        n_reg,
+        dim,
+        head.sim_tranloc_w.out_features,
+        head=head.head,
+        sgr_steps=len(head.sgr.steps) if head.head == "sgr" else 0,
+        itemsize=img_emb.element_size(),
+        autograd=torch.is_grad_enabled(),
+    )
+    n_cap = lengths_cpu.numel()
+    rows, cols = plan_blocks(n_img, n_cap, pair_bytes, budget, split_images=not train_saf)
+    folds = head.sgr.fold() if head.head == "sgr" else None
+    for start in range(0, n_cap, cols):
+        idx_cpu = order_cpu[start : start + cols]
+        width = int(lengths_cpu[idx_cpu].max())
+        mask = word_mask(lengths_cpu[idx_cpu], width).to(device)
+        idx = idx_cpu.to(cap_emb.device)
+        words = cap_emb[idx, :width].to(device)
+        words = words * mask.to(words.dtype).unsqueeze(-1)  # padding must be exactly zero
+        cglo = cap_glo[idx].to(device)
+        for img_start in range(0, n_img, rows):
+            sl = slice(img_start, img_start + rows)
+            n_rows = img_emb[:, sl].shape[1]
+            block = head.score_block(
+                img_emb[:, sl].reshape(n_views * n_rows, n_reg, dim),
+                img_glo[:, sl].reshape(n_views * n_rows, dim),
+                words,
+                cglo,
+                mask,
+                views=n_views,
+                saf_stats=saf_stats,
+                sgr_folds=folds,
+            )
+            yield img_start, idx_cpu, block.view(n_views, n_rows, -1)
+
+
+def commit_saf_stats(head: SimilarityHead, stats: list, order: Tensor) -> None:
+    """Apply collected SAF BatchNorm updates in (view, original caption) order."""
+    if not stats:
+        return
+    means = torch.cat([m for m, _ in stats], dim=1)
+    variances = torch.cat([v for _, v in stats], dim=1)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    inverse = inverse.to(means.device)
+    head.saf.update_running_stats(means[:, inverse], variances[:, inverse])
+
+
+@torch.no_grad()
+def score_all_pairs(
+    model: SGRAF,
+    img_emb: Tensor,
+    cap_emb: Tensor,
+    lengths: Tensor,
+    *,
+    view_reduce: Callable[[Tensor], Tensor] | None = None,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+    out_device: str | torch.device = "cpu",
+) -> Tensor:
+    """Score every (image, caption) pair of an evaluation split in shards.
+
+    Each image and caption is encoded once beforehand (float32, one entry per image, not per
+    caption). Image embeddings are moved to the model's device once; caption features one
+    shard at a time. The model runs in eval mode (BatchNorm running statistics, no
+    dropout); its previous mode is restored afterwards.
+
+    Args:
+        model: the network.
+        img_emb: (W, n_img, R, E) image embeddings from ``model.encode_images``.
+        cap_emb: (n_cap, L, E) caption features from ``model.encode_captions``.
+        lengths: (n_cap,) real words per caption (>= 1).
+        view_reduce: maps a raw (W, a, b) shard to (a, b) (e.g. mean over views, or mean
+            evidence); None keeps all views.
+        memory_budget_bytes: bound on the estimated working set of one block.
+        out_device: where the result matrix is allocated.
+
+    Returns:
+        float32 (W, n_img, n_cap) raw scores, or (n_img, n_cap) after ``view_reduce``.
+    """
+    check_pair_inputs(model.num_views, model.num_regions, img_emb, cap_emb, lengths)
+    n_views, n_img = img_emb.shape[:2]
+    n_cap = cap_emb.shape[0]
+    shape = (n_img, n_cap) if view_reduce is not None else (n_views, n_img, n_cap)
+    out = torch.empty(shape, dtype=torch.float32, device=out_device)
+    if n_img == 0 or n_cap == 0:
+        return out
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        head = model.sim_enc
+        regions = img_emb.to(device)
+        img_glo = torch.cat(
+            [head.image_globals(regions[:, i : i + 1024]) for i in range(0, n_img, 1024)], dim=1
+        )
+        lengths_cpu = lengths.detach().to("cpu", torch.int64)
+        cap_glo = torch.cat(
+            [
+                head.t_global_w(
+                    cap_emb[i : i + 1024].to(device),
+                    word_mask(lengths_cpu[i : i + 1024], cap_emb.shape[1]).to(device),
+                )
+                for i in range(0, n_cap, 1024)
+            ],
+            dim=0,
+        )
+        blocks = iter_blocks(
+            head, regions, img_glo, cap_emb, cap_glo, lengths_cpu, memory_budget_bytes, []
+        )
+        for img_start, idx, block in blocks:
+            if view_reduce is not None:
+                block = view_reduce(block)
+            block = block.to(out.device, torch.float32)
+            sl = slice(img_start, img_start + block.shape[-2])
+            out[..., sl, idx.to(out.device)] = block
+        return out
+    finally:
+        model.train(was_training)

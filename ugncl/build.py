@@ -1,0 +1,116 @@
+"""Names from the config -> builders: backbones, methods, optimisers and schedules.
+
+Adding a backbone = its module (a :class:`~ugncl.similarity.SimilarityModel`, a config
+dataclass, a builder) + one line in :data:`BACKBONES`; its config section ``model.<name>``
+appears from that line. Methods register in :data:`ugncl.methods.METHODS` the same way
+(section ``method.<name>``). Each config dataclass may declare ``CHOICES: ClassVar[dict]``
+for its string keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ugncl.data import RunData
+from ugncl.methods import METHODS, Method
+from ugncl.optim import Schedule, build_optimizer, build_schedule
+from ugncl.sgraf_backbone import SGRAFConfig, build_sgraf, open_sgraf_data, sgraf_from_config
+from ugncl.similarity import SimilarityModel
+
+if TYPE_CHECKING:
+    from ugncl.config import Config
+
+__all__ = [
+    "BACKBONES",
+    "METHODS",
+    "BackboneSpec",
+    "build_method",
+    "build_model",
+    "build_optimizer_and_schedule",
+    "model_from_checkpoint",
+    "open_run_data",
+]
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """A backbone: its config section, how to build it for a run, how to rebuild it from
+    the plain ``model.config`` dict a checkpoint stores."""
+
+    config: type
+    open_data: Callable[[Config], RunData]  # the run's data source for this backbone
+    build: Callable[[Any, RunData], SimilarityModel]  # (model.<name> section, data) -> model
+    from_config: Callable[[dict[str, Any]], SimilarityModel]
+
+
+BACKBONES: dict[str, BackboneSpec] = {
+    "sgraf": BackboneSpec(SGRAFConfig, open_sgraf_data, build_sgraf, sgraf_from_config),
+}
+
+
+def open_run_data(config: Config) -> RunData:
+    """The data source of ``model.backbone`` (precomputed regions for SGRAF)."""
+    return BACKBONES[config.model.backbone].open_data(config)
+
+
+def build_model(config: Config, data: RunData) -> SimilarityModel:
+    """The ``model.backbone`` model for ``data`` from its ``model.<backbone>`` section."""
+    name = config.model.backbone
+    return BACKBONES[name].build(getattr(config.model, name), data)
+
+
+def model_from_checkpoint(state: dict[str, Any]) -> SimilarityModel:
+    """Rebuild the model a checkpoint (or model file) describes and load its weights.
+
+    Checkpoints written before the backbone registry carry no ``backbone``: they are SGRAF.
+    """
+    name = state.get("backbone") or "sgraf"
+    if name not in BACKBONES:
+        raise ValueError(f"checkpoint backbone {name!r} is not one of {sorted(BACKBONES)}")
+    model = BACKBONES[name].from_config(state["model_config"])
+    model.load_state_dict(state["model"])
+    return model
+
+
+def build_method(
+    config: Config, model: torch.nn.Module | None = None, num_samples: int | None = None
+) -> Method:
+    """The ``method.name`` method from its ``method.<name>`` section and ``eval.eval_score``;
+    with ``model`` (training) also ``method.prepare(model, num_samples)``."""
+    name = config.method.name
+    options = dataclasses.asdict(getattr(config.method, name))
+    method = METHODS[name].cls(**options, eval_score=config.eval.eval_score)
+    if model is not None:
+        method.prepare(model, int(num_samples or 0))
+    return method
+
+
+def build_optimizer_and_schedule(
+    config: Config, model: torch.nn.Module, method: Method, steps_per_epoch: int
+) -> tuple[torch.optim.Optimizer, Schedule]:
+    """``train.optimizer`` over ``method.trainable_parameters(model)`` and ``train.schedule``."""
+    train = config.train
+    optimizer = build_optimizer(
+        train.optimizer,
+        method.trainable_parameters(model),
+        modules=[model, method],
+        lr=train.lr,
+        weight_decay=train.weight_decay,
+        betas=(train.adam_beta1, train.adam_beta2),
+        eps=train.adam_eps,
+    )
+    schedule = build_schedule(
+        train.schedule,
+        optimizer,
+        warmup_epochs=train.warmup_epochs,
+        lr_update=train.lr_update,
+        lr_decay=train.lr_decay,
+        warmup_steps=train.warmup_steps,
+        total_steps=steps_per_epoch * (train.warmup_epochs + train.epochs),
+    )
+    return optimizer, schedule

@@ -1,0 +1,64 @@
+"""What a method may see of the trainer: the model, the device, passes over the data."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ugncl.data import PairBatch
+from ugncl.engine.device import Precision
+from ugncl.engine.recorder import MetricsRecorder
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where the trainer is when it asks a method for a step."""
+
+    epoch: int  # 0-based, warm-up epochs included
+    global_step: int  # optimiser steps taken so far
+    warmup: bool
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """The trainer's side of a method's ``setup`` / ``on_epoch_start`` / ``epoch_samples``.
+
+    Attributes:
+        model: the similarity model (on ``device``).
+        device: where the model and the method's modules live.
+        precision: autocast settings of forward passes (``autocast()``).
+        run_dir: the run directory (for caches a method may write, e.g. a memory bank).
+        seed: the run's seed.
+        warmup_epochs: number of warm-up epochs (epochs ``0 .. warmup_epochs - 1``).
+        batch_size: the training batch size.
+        num_samples: N, training samples (captions).
+        clean: (N,) bool ground truth, for noise-detection records only.
+        recorder: the run's ``metrics.jsonl`` writer.
+        batches: ``batches(epoch, batch_size, stream, indices=None)`` -> a full pass over the
+            training samples (or ``indices``) in the seeded order of (epoch, stream), every
+            sample exactly once (a short tail joins the previous batch). Streams other than
+            0 (the training order) give independent orders.
+    """
+
+    model: nn.Module
+    device: torch.device
+    precision: Precision
+    run_dir: Path
+    seed: int
+    warmup_epochs: int
+    batch_size: int
+    num_samples: int
+    clean: np.ndarray
+    recorder: MetricsRecorder | None
+    batches: Callable[..., Iterable[PairBatch]]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The run's autocast context for forward passes."""
+        return self.precision.autocast(self.device)

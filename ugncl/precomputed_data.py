@@ -1,0 +1,89 @@
+"""The precomputed-region track behind :mod:`ugncl.data`: a split's pairs and its ranking data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from precomputed.collate import pad_captions
+from precomputed.dataset import PairDataset, PrecomputedSplit
+from ugncl.data import EvalData, PairBatch
+
+__all__ = ["PrecomputedEvalData", "PrecomputedTrainingData", "as_eval_data", "collate_pairs"]
+
+
+def collate_pairs(items: Sequence[tuple]) -> PairBatch:
+    """Collate :class:`~precomputed.dataset.PairDataset` items; keeps the item order."""
+    feats, ids, index, image_index, clean = zip(*items)
+    captions, lengths = pad_captions(ids)
+    return PairBatch(
+        images=torch.from_numpy(np.stack(feats).astype(np.float32, copy=False)),
+        captions=captions,
+        lengths=lengths,
+        index=torch.tensor(index, dtype=torch.int64),
+        image_index=torch.tensor(image_index, dtype=torch.int64),
+        clean=torch.tensor(clean, dtype=torch.bool),
+    )
+
+
+class PrecomputedTrainingData:
+    """:class:`~ugncl.data.TrainingData` over an opened (noisy) precomputed split."""
+
+    def __init__(self, split: PrecomputedSplit) -> None:
+        self.split = split
+        self.dataset = PairDataset(split)
+        self.collate = collate_pairs
+
+    @property
+    def num_samples(self) -> int:
+        return self.split.num_captions
+
+    @property
+    def clean(self) -> np.ndarray:
+        return self.split.clean
+
+    @property
+    def image_index(self) -> np.ndarray:
+        return self.split.image_index
+
+
+class PrecomputedEvalData:
+    """:class:`~ugncl.data.EvalData` over an opened precomputed split (contiguous reads)."""
+
+    def __init__(self, split: PrecomputedSplit) -> None:
+        self.source = split
+        self.name = str(split.name)
+        self.split = str(split.split)
+
+    @property
+    def num_images(self) -> int:
+        return int(self.source.num_images)
+
+    @property
+    def num_captions(self) -> int:
+        return int(self.source.num_captions)
+
+    @property
+    def caption_to_image(self) -> np.ndarray:
+        return np.asarray(self.source.true_image, dtype=np.int64)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.asarray(self.source.tokens.lengths, dtype=np.int64)
+
+    def images(self, start: int, stop: int) -> Tensor:
+        feats = self.source.features.slice(start, stop)
+        return torch.from_numpy(np.require(feats, np.float32, ["C", "W"]))
+
+    def captions(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        return pad_captions([np.asarray(self.source.tokens[k]) for k in range(start, stop)])
+
+
+def as_eval_data(data: EvalData | PrecomputedSplit) -> EvalData:
+    """An :class:`EvalData` as is; an opened precomputed split wrapped."""
+    if isinstance(data, PrecomputedSplit):
+        return PrecomputedEvalData(data)
+    return data
