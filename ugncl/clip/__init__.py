@@ -1,0 +1,7 @@
+"""The CLIP track: an open_clip backbone behind the similarity-model interface.
+
+Modules: :mod:`.models` (the package's own open_clip model configs, registered offline),
+:mod:`.loading` (local weight files only; OpenAI/QuickGELU detection), :mod:`.adapter`
+(``CLIPSimilarity`` and ``build_clip``), :mod:`.pretrain` (the tiny model's stand-in for web
+pretraining on a clean pool of synthetic scenes).
+"""
