@@ -82,3 +82,22 @@ def test_caption_context_mismatch_names_the_tokenizer(tiny):
 def test_remote_or_unknown_architectures_are_refused(name):
     with pytest.raises(ValueError, match="architecture|remote"):
         architecture_config(name)
+
+
+def test_checkpoint_config_rebuilds_without_the_pretrained_file(tmp_path, tiny):
+    from ugncl.clip.adapter import save_clip_weights
+    from ugncl.clip.backbone import CLIPConfig, build_clip_backbone, clip_from_config
+
+    path = save_clip_weights(tiny, tmp_path / "w.pt")
+    model = build_clip_backbone(CLIPConfig(pretrained=str(path)))
+    path.unlink()  # a checkpoint elsewhere carries the weights, not the original file
+    again = clip_from_config(model.config)
+    again.load_state_dict(model.state_dict())
+    assert again.config == model.config and again.config["pretrained"] == str(path)
+
+
+def test_score_all_pairs_view_reduce(tiny):
+    img = torch.nn.functional.normalize(torch.randn(5, 128), dim=1)
+    cap = torch.nn.functional.normalize(torch.randn(7, 128), dim=1)
+    got = tiny.score_all_pairs(img, cap, None, memory_budget_bytes=12, view_reduce=lambda r: r[0])
+    torch.testing.assert_close(got, tiny.score(img, cap)[0].detach())
