@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -102,3 +104,21 @@ def test_renderer_size_mismatch_is_named(world):
         render_images(scenes, lambda s, size: stub_render(s, size + 1), 32)
     assert np.array_equal(render_images(scenes, stub_render, 32)[0].permute(1, 2, 0).numpy(),
                           np.asarray(stub_render(scenes[0], 32)))  # fmt: skip
+
+
+def test_pretrain_tool_writes_a_loadable_checkpoint(world, tmp_path, tool, monkeypatch, capsys):
+    # The tool imports the real renderer lazily; the test puts the stub in its place.
+    fake = types.ModuleType("precomputed.synthetic.render")
+    fake.render_scene = stub_render
+    monkeypatch.setitem(sys.modules, "precomputed.synthetic.render", fake)
+    out = tmp_path / "tiny.pt"
+    argv = ["--data", str(world), "--out", str(out), "--pool", "8", "--steps", "2",
+            "--batch-size", "4", "--warmup", "1", "--threads", "1"]  # fmt: skip
+    assert tool("pretrain_clip").main(argv) == 0
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["train"]["steps"] == 2 and "rsum" in record["zero_shot"]
+    model = build_clip(TINY_MODEL, pretrained=out)
+    assert model.config["quick_gelu"] is False
+    assert torch.load(out, weights_only=True)["pretraining"]["pool"]["images"] == 8
+    assert tool("pretrain_clip").main(["--data", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert "make_synthetic" in capsys.readouterr().err
