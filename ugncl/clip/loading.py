@@ -5,10 +5,10 @@ Rules (README "CLIP weights"):
 * ``pretrained`` must be an existing file. A hub tag (``openai``, ``laion2b_s34b_b79k``,
   ``hf-hub:...``) fails at once: nothing here downloads (open_clip itself would try the hub
   and hang about 50 s offline before failing).
-* Files are read with ``torch.load(weights_only=True)``. A TorchScript archive (OpenAI's
-  released ``ViT-B-32.pt``) is refused: its loader runs code from the archive. Convert it once
-  with ``tools/convert_clip.py`` (:func:`convert_torchscript`), which is the only caller that
-  passes ``allow_torchscript=True``.
+* Files are read with ``torch.load(weights_only=True)`` (``.safetensors`` with safetensors).
+  A TorchScript archive (OpenAI's released ``ViT-B-32.pt``) is refused: its loader runs code
+  from the archive. Convert it once with ``tools/convert_clip.py``
+  (:func:`convert_torchscript`, the only caller that passes ``allow_torchscript=True``).
 * Accepted layouts: a bare state dict (open_clip and OpenAI keys are the same names); the
   ``{"epoch", "name", "state_dict", "optimizer"}`` container NPC/SDD/OSA save (keys possibly
   ``module.``-prefixed); this package's own ``{"ugncl_clip": config, "state_dict": ...}``.
@@ -59,6 +59,9 @@ _WHERE = (
 )
 
 
+_WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".tar", ".safetensors", ".ckpt")
+
+
 class WeightsError(ValueError):
     """A weights file that cannot be used as asked (message names the fix)."""
 
@@ -94,9 +97,10 @@ def _check_file(path: str | Path | None) -> Path:
     p = Path(path).expanduser()
     if not p.is_file():
         what = "a directory" if p.is_dir() else "not an existing file"
+        looks_like_tag = "/" not in str(path) and p.suffix not in _WEIGHT_SUFFIXES
         hint = (
             " (a hub tag or hub name: this package never downloads weights)"
-            if not p.is_dir() and ("/" not in str(path) or str(path).startswith("hf-hub:"))
+            if looks_like_tag or str(path).startswith("hf-hub:")
             else ""
         )
         raise WeightsError(f"pretrained={str(path)!r} is {what}{hint}; {_WHERE}")
@@ -168,6 +172,10 @@ def read_weights(path: str | Path | None, *, allow_torchscript: bool = False) ->
                 f"`python tools/convert_clip.py {p} <out.pt>` and point pretrained at <out.pt>"
             )
         obj: object = torch.jit.load(str(p), map_location="cpu").state_dict()
+    elif p.suffix == ".safetensors":  # open_clip's hub format; tensors only by construction
+        from safetensors.torch import load_file
+
+        obj = load_file(str(p), device="cpu")
     else:
         try:
             obj = torch.load(p, map_location="cpu", weights_only=True)

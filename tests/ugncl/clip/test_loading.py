@@ -166,3 +166,20 @@ def test_own_checkpoint_round_trip_records_the_activation(tmp_path):
     pixels, tokens = _inputs()
     with torch.no_grad():
         torch.testing.assert_close(again(pixels, tokens), model.eval()(pixels, tokens))
+
+
+def test_safetensors_file_loads(tmp_path):
+    from safetensors.torch import save_file
+
+    ref = _reference(quick_gelu=False)
+    path = tmp_path / "open_clip_model.safetensors"
+    save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(path))
+    model = build_clip(TINY_MODEL, pretrained=path)  # ugncl-tiny declares quick_gelu false
+    assert model.config["quick_gelu"] is False
+    torch.testing.assert_close(model.encode_captions(_inputs()[1], None), _forward(ref)[1])
+
+
+def test_missing_local_path_is_not_called_a_hub_tag():
+    with pytest.raises(WeightsError) as err:
+        build_clip(TINY_MODEL, pretrained="weights/missing.pt")
+    assert "not an existing file;" in str(err.value) and "hub tag" not in str(err.value)
