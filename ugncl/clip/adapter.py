@@ -186,8 +186,8 @@ def build_clip(
     )
     # pretrained=None: open_clip never resolves a tag or touches the hub; the state dict is
     # loaded below. precision fp32 keeps fp32 master weights (the OpenAI loader casts to fp16).
-    # open_clip then warns "No pretrained weights loaded" on the root logger; that is only
-    # true before load_state_into, so the warning is filtered out here.
+    # open_clip then warns "No pretrained weights loaded" on the root logger: false once
+    # load_state_into has run, and what was asked for a random init, so it is filtered out.
     root = logging.getLogger()
     root.addFilter(_drop_random_init_warning)
     try:
