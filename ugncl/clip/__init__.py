@@ -2,6 +2,7 @@
 
 Modules: :mod:`.models` (the package's own open_clip model configs, registered offline),
 :mod:`.loading` (local weight files only; OpenAI/QuickGELU detection), :mod:`.adapter`
-(``CLIPSimilarity`` and ``build_clip``), :mod:`.pretrain` (the tiny model's stand-in for web
-pretraining on a clean pool of synthetic scenes).
+(``CLIPSimilarity`` and ``build_clip``), :mod:`.backbone` (the registry's config section and
+builders), :mod:`.pretrain` (the tiny model's stand-in for web pretraining on a clean pool of
+synthetic scenes).
 """
