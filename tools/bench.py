@@ -1,7 +1,12 @@
-"""Benchmarks for the sgraf package and the feature store.
+"""Benchmarks for the sgraf package, the feature store and the CLIP track.
 
 ``python tools/bench.py scoring [--json] [--device cpu|cuda] [--quick] [--mode fp32|tf32|bf16]``
 ``python tools/bench.py feature-open --path /tmp/big.npy [--images 18000]``
+``python tools/bench.py clip [--model ugncl-tiny] [--batch-size 32] [--threads 1 2] [--steps 20]``
+
+``clip`` times training steps of the CLIP backbone (fp32, symmetric InfoNCE, fused AdamW: the
+pretraining loop of ``ugncl.clip.pretrain``) on random pixels and captions and prints pairs/s
+and ms per step for each thread count.
 
 Measures pairs scored per second by the batched scorer (``sgraf.model.score_all_pairs``)
 against ``reference_scores``, a straightforward per-caption loop kept here as the reference
@@ -307,9 +312,39 @@ def bench_feature_open(path: Path, images: int) -> dict:
             leftover.unlink(missing_ok=True)
 
 
+def bench_clip(args: argparse.Namespace) -> dict:
+    """Training pairs/s of a CLIP backbone on CPU, per thread count."""
+    from ugncl.clip.adapter import build_clip
+    from ugncl.clip.pretrain import PretrainConfig, pretrain
+
+    results = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        model = build_clip(args.model)
+        n, size = 4 * args.batch_size, model.image_size
+        images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8)
+        words = ["red", "dog", "small", "left", "a", "car", "on", "the", "blue", "park"]
+        texts = [" ".join(words[(k * j) % 10] for j in range(12)) for k in range(n)]
+        tokens = model.tokenizer()(texts).view(n, 1, -1)
+        for steps in (args.warmup, args.steps):  # warm-up run, then the timed run
+            cfg = PretrainConfig(steps=steps, batch_size=args.batch_size, log_every=steps)
+            summary = pretrain(model, images, tokens, cfg)
+        results.append({"threads": threads, "pairs_per_s": summary["pairs_per_s"],
+                        "ms_per_step": summary["ms_per_step"]})  # fmt: skip
+    return {"model": args.model, "batch_size": args.batch_size, "precision": "fp32",
+            "optimizer": "AdamW(fused)", "steps": args.steps, "results": results}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("clip", help="CLIP backbone training throughput (CPU)")
+    c.add_argument("--model", default="ugncl-tiny")
+    c.add_argument("--batch-size", type=int, default=32)
+    c.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    c.add_argument("--steps", type=int, default=20, help="timed steps per thread count")
+    c.add_argument("--warmup", type=int, default=3)
     p = sub.add_parser("scoring", help="batched vs per-caption SGRAF scoring")
     p.add_argument("--json", action="store_true", help="print one JSON object only")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -333,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "feature-open":
         print(json.dumps(bench_feature_open(args.path, args.images)))
+        return 0
+    if args.what == "clip":
+        print(json.dumps(bench_clip(args), indent=2))
         return 0
     report = bench_scoring(args)
     if args.json:
