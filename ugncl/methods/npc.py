@@ -15,8 +15,9 @@ All maths lives in ``memory_bank``, ``siamese``, ``weights`` and ``ugncl.clip.lo
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -51,7 +52,15 @@ def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_deca
 class BankSiamese(nn.Module):
     """What NPC and SDD share: the bank, the pair fetcher and the one-step siamese copy."""
 
-    def __init__(self, *, siamese_lr: float | None, siamese_reset_state: bool, betas, eps, wd):
+    def __init__(
+        self,
+        *,
+        siamese_lr: float | None,
+        siamese_reset_state: bool,
+        betas: tuple[float, float],
+        eps: float,
+        wd: float,
+    ) -> None:
         super().__init__()
         self.siamese_lr = siamese_lr
         self.siamese_reset_state = siamese_reset_state
@@ -67,9 +76,8 @@ class BankSiamese(nn.Module):
     def attach(self, ctx: Any, bank: MemoryBank) -> None:
         self.bank = bank
         self._fetch = pair_fetcher(ctx)
-        lr = self.siamese_lr if self.siamese_lr is not None else getattr(ctx, "lr", None)
-        if lr is None:
-            raise ValueError("siamese_lr is null and the trainer exposes no lr; set siamese_lr")
+        # The lr is set at every step (siamese_lr, else step.lr); 0.0 is only a placeholder.
+        lr = self.siamese_lr if self.siamese_lr is not None else 0.0
         betas, eps, wd = self._opt
         self._siamese[:] = [
             SiameseCopy(
@@ -103,12 +111,44 @@ class BankSiamese(nn.Module):
 
         if not self._siamese:
             raise RuntimeError("the siamese copy is not built; setup(ctx) must run first")
-        res = self._siamese[0].one_step(model, train_loss, bank_losses, lr or self.siamese_lr)
+        lr = self.siamese_lr if self.siamese_lr is not None else lr
+        if lr is None:
+            raise ValueError(
+                "the siamese step needs a learning rate: set siamese_lr, or the trainer must "
+                "pass its current lr as StepContext.lr"
+            )
+        res = self._siamese[0].one_step(model, train_loss, bank_losses, lr)
         (bi, bt), (ai, at) = res.before, res.after
         return significance_weight(bi, ai, bt, at), res
 
     def note_weights(self, index: Tensor, w: Tensor) -> None:
         self.epoch_weights[index.cpu().numpy()] = w.detach().float().cpu().numpy()
+
+
+@dataclass
+class NPCConfig:
+    """NPC (``method.npc``); defaults are the paper's, switches reproduce the release."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "weighting": ("per_sample", "batch_scalar"),
+        "bank_loss": ("trainable", "released"),
+    }
+
+    clean_threshold: float = 0.99  # paper; release 0.9
+    gmm_max_iter: int = 100
+    gmm_tol: float = 1e-2
+    gmm_reg_covar: float = 5e-4
+    bank_batch_size: int | None = None  # null: train.batch_size
+    bank_loss_weight: float = 1.0
+    weighting: str = "per_sample"  # batch_scalar = release (NPC#18)
+    bank_loss: str = "trainable"  # released = no-grad constant (trains nothing)
+    siamese_lr: float | None = None  # null: the trainer's current lr (StepContext.lr)
+    siamese_reset_state: bool = False
+    siamese_beta1: float = 0.9
+    siamese_beta2: float = 0.98
+    siamese_eps: float = 1e-6
+    siamese_weight_decay: float = 0.2
+    bank_file: str = "npc_memory_bank.npz"
 
 
 class NPCMethod(nn.Module):
@@ -123,8 +163,10 @@ class NPCMethod(nn.Module):
         bank_loss: ``trainable`` (paper) or ``released`` (a no-grad constant from the copy).
         siamese_lr: lr of the siamese step (None: the trainer's current lr).
         siamese_reset_state: see :class:`SiameseCopy`.
-        siamese_betas, siamese_eps, siamese_weight_decay: its AdamW (release values).
+        siamese_beta1, siamese_beta2, siamese_eps, siamese_weight_decay: its AdamW (release
+            values, NPC main_NPC.py:84-89).
         bank_file: file name in the run directory (reused on resume).
+        eval_score: how raw scores rank at evaluation (CLIP: ``raw``).
     """
 
     name = "npc"
@@ -142,12 +184,15 @@ class NPCMethod(nn.Module):
         bank_loss: str = "trainable",
         siamese_lr: float | None = None,
         siamese_reset_state: bool = False,
-        siamese_betas: tuple[float, float] = (0.9, 0.98),
+        siamese_beta1: float = 0.9,
+        siamese_beta2: float = 0.98,
         siamese_eps: float = 1e-6,
         siamese_weight_decay: float = 0.2,
         bank_file: str = "npc_memory_bank.npz",
+        eval_score: str = "raw",
     ) -> None:
         super().__init__()
+        self.eval_score = eval_score
         if weighting not in ("per_sample", "batch_scalar"):
             raise ValueError(f"npc weighting must be per_sample or batch_scalar, got {weighting!r}")
         if bank_loss not in ("trainable", "released"):
@@ -160,8 +205,8 @@ class NPCMethod(nn.Module):
         self.bank_loss = bank_loss
         self.bank_file = bank_file
         self.core = BankSiamese(
-            siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state, betas=siamese_betas,
-            eps=siamese_eps, wd=siamese_weight_decay,
+            siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
+            betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
         )  # fmt: skip
         self._clean: np.ndarray | None = None
         self._last: dict[str, float] = {}

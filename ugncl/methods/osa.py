@@ -21,8 +21,9 @@ import copy
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -38,6 +39,20 @@ from ugncl.noise_detection import detection_record
 logger = logging.getLogger(__name__)
 
 ESTIMATOR_STREAM = 4
+
+
+@dataclass
+class OSAConfig:
+    """OSA (``method.osa``)."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"scoring": ("paper", "released")}
+
+    scoring: str = "paper"  # released: x / batch max, x^2 (1 - x^2)
+    beta: float | None = None  # null: mean score of non-matching training pairs
+    estimator: str | None = None  # null: frozen copy of the starting model; else a checkpoint
+    logit_scale: float | None = None  # null: the estimator's logit_scale.exp()
+    pass_batch_size: int | None = 256
+    cache_file: str = "osa_weights.npz"
 
 
 class OSAMethod(nn.Module):
@@ -67,8 +82,10 @@ class OSAMethod(nn.Module):
         pass_batch_size: int | None = 256,
         cache_file: str = "osa_weights.npz",
         load_estimator: Callable[[str], nn.Module] | None = None,
+        eval_score: str = "raw",
     ) -> None:
         super().__init__()
+        self.eval_score = eval_score
         if scoring not in ("paper", "released"):
             raise ValueError(f"osa scoring must be paper or released, got {scoring!r}")
         self.scoring = scoring

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -40,6 +41,30 @@ from ugncl.noise_detection import detection_record
 logger = logging.getLogger(__name__)
 
 GMM_STREAM = 3  # RNG stream of the per-epoch similarity pass
+
+
+@dataclass
+class SDDConfig:
+    """SDD (``method.sdd``); thresholds on the model's logit-scaled scale."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"thresholds": ("fixed", "auto")}
+
+    alpha: float = 20.0  # self-drop: sim <= alpha (release, x100 scale)
+    beta: float = 30.0  # bank clean set: sim > beta (release)
+    thresholds: str = "fixed"  # auto: from the starting model's non-matching pair scores
+    auto_alpha_std: float = 0.0
+    auto_beta_std: float = 2.0
+    gmm_max_iter: int = 10
+    gmm_tol: float = 1e-2
+    gmm_reg_covar: float = 5e-4
+    pass_batch_size: int | None = 512
+    siamese_lr: float | None = None
+    siamese_reset_state: bool = False
+    siamese_beta1: float = 0.9
+    siamese_beta2: float = 0.98
+    siamese_eps: float = 1e-6
+    siamese_weight_decay: float = 0.2
+    bank_file: str = "sdd_memory_bank.npz"
 
 
 class SDDMethod(nn.Module):
@@ -73,12 +98,15 @@ class SDDMethod(nn.Module):
         pass_batch_size: int | None = 512,
         siamese_lr: float | None = None,
         siamese_reset_state: bool = False,
-        siamese_betas: tuple[float, float] = (0.9, 0.98),
+        siamese_beta1: float = 0.9,
+        siamese_beta2: float = 0.98,
         siamese_eps: float = 1e-6,
         siamese_weight_decay: float = 0.2,
         bank_file: str = "sdd_memory_bank.npz",
+        eval_score: str = "raw",
     ) -> None:
         super().__init__()
+        self.eval_score = eval_score
         if thresholds not in ("fixed", "auto"):
             raise ValueError(f"sdd thresholds must be fixed or auto, got {thresholds!r}")
         self.alpha, self.beta = float(alpha), float(beta)
@@ -88,8 +116,8 @@ class SDDMethod(nn.Module):
         self.pass_batch_size = pass_batch_size
         self.bank_file = bank_file
         self.core = BankSiamese(
-            siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state, betas=siamese_betas,
-            eps=siamese_eps, wd=siamese_weight_decay,
+            siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
+            betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
         )  # fmt: skip
         self._clean: np.ndarray | None = None
         self.consistency: np.ndarray | None = None  # (N,) this epoch's GMM weight
