@@ -284,3 +284,16 @@ def test_osa_no_nan_when_no_pair_exceeds_beta(tmp_path):
     osa.setup(ctx)
     out = osa.training_step(model, ctx.fetch(np.arange(4)), _step())
     assert torch.isfinite(out["loss"]) and out["loss"].item() == 0.0
+
+
+def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
+    from ugncl.losses import triplet_objective
+    from ugncl.methods.osa import weighted_triplet
+
+    g = torch.Generator().manual_seed(3)
+    raw = torch.randn(2, 5, 5, generator=g)
+    for mv in (True, False):
+        plain = triplet_objective(raw, 0.2, mv)["loss_triplet"]
+        assert torch.allclose(weighted_triplet(raw, torch.ones(5), 0.2, mv), plain)
+    w = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
+    assert weighted_triplet(raw, w) < weighted_triplet(raw, torch.ones(5))

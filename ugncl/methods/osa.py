@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ugncl.clip.losses import info_nce_per_sample, weighted_mean
+from ugncl.losses import _hinge_costs
 from ugncl.methods.memory_bank import index_digest
 from ugncl.methods.npc import pair_logits
 from ugncl.methods.passes import logit_scale_of, scan_training_set
@@ -41,13 +42,53 @@ logger = logging.getLogger(__name__)
 ESTIMATOR_STREAM = 4
 
 
+def weighted_triplet(
+    raw: Tensor, weights: Tensor, margin: float = 0.2, max_violation: bool = True
+) -> Tensor:
+    """OSA's weights on the SGRAF track: per-pair VSE++ hinge on ``sigmoid(raw)``, weighted.
+
+    Pair ``i``'s cost is its image-anchor plus its caption-anchor hinge; ``sum_i w_i cost_i``
+    (view-averaged) equals ``triplet_objective`` when every weight is 1.
+
+    Args:
+        raw: raw scores ``(W, K, K)``.
+        weights: ``(K,)`` per-pair weights (no gradient).
+        margin, max_violation: as :func:`ugncl.losses.vse_hinge`.
+
+    Returns:
+        0-dim tensor.
+    """
+    if raw.dim() != 3 or raw.shape[1] != raw.shape[2] or weights.shape != (raw.shape[1],):
+        raise ValueError(
+            f"raw must be (W, K, K) and weights (K,), got {raw.shape}, {weights.shape}"
+        )
+    w = weights.detach().to(raw.dtype)
+    total = raw.new_zeros(())
+    for view in raw:
+        s = torch.sigmoid(view)
+        margins = torch.full((s.shape[0],), margin, dtype=s.dtype, device=s.device)
+        cost_i2t, cost_t2i = _hinge_costs(s, margins)
+        if max_violation:
+            per = cost_i2t.max(dim=1).values + cost_t2i.max(dim=1).values
+        else:
+            per = cost_i2t.sum(dim=1) + cost_t2i.sum(dim=1)
+        total = total + (w * per).sum()
+    return total / raw.shape[0]
+
+
 @dataclass
 class OSAConfig:
     """OSA (``method.osa``)."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"scoring": ("paper", "released")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "scoring": ("paper", "released"),
+        "objective": ("info_nce", "triplet"),
+    }
 
     scoring: str = "paper"  # released: x / batch max, x^2 (1 - x^2)
+    objective: str = "info_nce"  # triplet: weighted VSE++ hinge (the SGRAF track)
+    margin: float = 0.2  # triplet only
+    max_violation: bool = True  # triplet only
     beta: float | None = None  # null: mean score of non-matching training pairs
     estimator: str | None = None  # null: frozen copy of the starting model; else a checkpoint
     logit_scale: float | None = None  # null: the estimator's logit_scale.exp()
@@ -60,6 +101,8 @@ class OSAMethod(nn.Module):
 
     Args:
         scoring: ``paper`` or ``released`` (see :func:`ugncl.methods.weights.osa_weights`).
+        objective: ``info_nce`` (CLIP) or ``triplet`` (:func:`weighted_triplet`, SGRAF).
+        margin, max_violation: of the triplet objective.
         beta: fixed space shift on the estimator's logit scale (None: from random pairs).
         estimator: None = a frozen copy of the starting model; else a checkpoint path loaded
             with ``load_estimator`` (any backbone the package builds).
@@ -76,6 +119,9 @@ class OSAMethod(nn.Module):
         self,
         *,
         scoring: str = "paper",
+        objective: str = "info_nce",
+        margin: float = 0.2,
+        max_violation: bool = True,
         beta: float | None = None,
         estimator: str | None = None,
         logit_scale: float | None = None,
@@ -88,7 +134,12 @@ class OSAMethod(nn.Module):
         self.eval_score = eval_score
         if scoring not in ("paper", "released"):
             raise ValueError(f"osa scoring must be paper or released, got {scoring!r}")
+        if objective not in ("info_nce", "triplet"):
+            raise ValueError(f"osa objective must be info_nce or triplet, got {objective!r}")
         self.scoring = scoring
+        self.objective = objective
+        self.margin = margin
+        self.max_violation = max_violation
         self.fixed_beta = beta
         self.estimator_path = estimator
         self.logit_scale = logit_scale
@@ -139,6 +190,9 @@ class OSAMethod(nn.Module):
             scan = scan_training_set(
                 ctx, est, epoch=0, stream=ESTIMATOR_STREAM, desc="osa estimator",
                 batch_size=self.pass_batch_size or 256,
+                # Wiring point for an estimator of another backbone (the SGRAF track scored
+                # by CLIP): the same samples in the estimator's input format.
+                batches=getattr(ctx, "estimator_batches", None),
             )  # fmt: skip
             sim = scan.diag
             beta = self.fixed_beta if self.fixed_beta is not None else scan.shift.mean
@@ -185,8 +239,12 @@ class OSAMethod(nn.Module):
 
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
         w = self.batch_weights(batch.index)
-        per = info_nce_per_sample(pair_logits(model, batch))
         self._last = {"weight_mean": float(w.mean())}
+        if self.objective == "triplet":
+            raw = model(batch.images, batch.captions, batch.lengths).float()
+            loss = weighted_triplet(raw, w, self.margin, self.max_violation)
+            return {"loss_triplet": loss, "weight_mean": w.mean().detach()}
+        per = info_nce_per_sample(pair_logits(model, batch))
         return {"loss": weighted_mean(per, w), "weight_mean": w.mean().detach()}
 
     def retrieval_score(self, raw: Tensor) -> Tensor:

@@ -56,6 +56,7 @@ def scan_training_set(
     stream: int,
     embeddings: bool = False,
     desc: str = "scan",
+    batches: Callable[..., Iterable[Any]] | None = None,
 ) -> ScanResult:
     """One no-grad, eval-mode pass of ``model`` over every training sample.
 
@@ -66,6 +67,8 @@ def scan_training_set(
         epoch, batch_size, stream: the seeded order of ``ctx.batches``.
         embeddings: also keep the image and caption embeddings (memory-bank construction).
         desc: progress-bar label (shown on interactive terminals only).
+        batches: the pass's batch source (default ``ctx.batches``; an estimator of another
+            backbone needs the same samples in its own input format).
     """
     n = ctx.num_samples
     loss, diag = EmbeddingTable(n, 1), EmbeddingTable(n, 1)
@@ -73,7 +76,8 @@ def scan_training_set(
     image_index = np.full(n, -1, dtype=np.int64)
     shift = SpaceShift()
     with eval_mode(model):
-        for batch in _progress(ctx.batches(epoch, batch_size, stream), desc):
+        source = batches if batches is not None else ctx.batches
+        for batch in _progress(source(epoch, batch_size, stream), desc):
             batch = batch.to(ctx.device)
             with ctx.precision.autocast(ctx.device):
                 img = model.encode_images(batch.images)
