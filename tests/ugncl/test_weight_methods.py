@@ -155,6 +155,31 @@ def test_siamese_step_that_hurts_the_bank_gives_weight_below_one():
     assert (w < 1).all() and torch.allclose(w, torch.tanh(res.before[0] / res.after[0]), atol=1e-6)
 
 
+def test_shared_step_equals_separate_siamese_forward():
+    # one_step_shared takes the step's gradient and the before-losses from the model's own
+    # forward at the synced weights: the same numbers as running the copy, one pass cheaper.
+    model = TinyClip()
+    ctx = FakeContext(model, None)
+    batch, bank_batch = ctx.fetch(np.arange(8)), ctx.fetch(np.arange(8, 16))
+    weights = torch.linspace(0.1, 1.0, 8)
+
+    def bank(m):
+        return (info_nce_per_sample(pair_logits(m, bank_batch)),)
+
+    def train(m):
+        return (weights * info_nce_per_sample(pair_logits(m, batch))).mean()
+
+    separate = SiameseCopy(model, _sgd(0.3)).one_step(model, train, bank)
+    shared_copy = SiameseCopy(model, _sgd(0.3))
+    with torch.no_grad():
+        before = bank(model)
+    shared = shared_copy.one_step_shared(model, train(model), before, bank)
+    assert torch.allclose(shared.before[0], separate.before[0], atol=1e-6)
+    assert torch.allclose(shared.after[0], separate.after[0], atol=1e-5)
+    assert not torch.allclose(shared.after[0], shared.before[0])
+    assert all(p.grad is None for p in model.parameters())  # autograd.grad leaves .grad alone
+
+
 def test_siamese_copies_only_trainable_state():
     model = TinyClip()
     model.logit_scale.requires_grad_(False)

@@ -93,22 +93,31 @@ class BankSiamese(nn.Module):
         device = batch.captions.device
         return self._fetch(img_side.cpu()).to(device), self._fetch(txt_side.cpu()).to(device)
 
+    def bank_losses(self, model: nn.Module, banks: tuple[Any, Any]) -> tuple[Tensor, Tensor]:
+        """Per-sample InfoNCE ``(K,)`` of the image-bank and text-bank pairs under ``model``."""
+        return tuple(info_nce_per_sample(pair_logits(model, b)) for b in banks)
+
     def significance(
         self,
         model: nn.Module,
-        batch: Any,
         banks: tuple[Any, Any],
+        per: Tensor,
         train_weights: Tensor | None,
         lr: float | None,
+        before: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, OneStepLosses]:
-        """NPC/SDD significance weight ``(K,)`` of the batch's pairs (section 1.4 steps 1-5)."""
+        """NPC/SDD significance weight ``(K,)`` of the batch's pairs (section 1.4 steps 1-5).
 
-        def bank_losses(m: nn.Module) -> tuple[Tensor, Tensor]:
-            return tuple(info_nce_per_sample(pair_logits(m, b)) for b in banks)
-
-        def train_loss(m: nn.Module) -> Tensor:
-            return weighted_mean(info_nce_per_sample(pair_logits(m, batch)), train_weights)
-
+        Args:
+            model: the model being trained.
+            banks: the image-bank and text-bank pair batches.
+            per: ``(K,)`` the model's per-sample InfoNCE on the batch (with graph); the
+                siamese step minimises ``weighted_mean(per, train_weights)``.
+            train_weights: ``(K,)`` weights of the siamese step (SDD: consistency), or None.
+            lr: the trainer's current lr (used unless ``siamese_lr`` is set).
+            before: the model's bank losses at the current weights when already computed
+                (NPC's trainable L_MB); else computed here without gradients.
+        """
         if not self._siamese:
             raise RuntimeError("the siamese copy is not built; setup(ctx) must run first")
         lr = self.siamese_lr if self.siamese_lr is not None else lr
@@ -117,7 +126,16 @@ class BankSiamese(nn.Module):
                 "the siamese step needs a learning rate: set siamese_lr, or the trainer must "
                 "pass its current lr as StepContext.lr"
             )
-        res = self._siamese[0].one_step(model, train_loss, bank_losses, lr)
+        if before is None:
+            with torch.no_grad():
+                before = self.bank_losses(model, banks)
+        res = self._siamese[0].one_step_shared(
+            model,
+            weighted_mean(per, train_weights),
+            before,
+            lambda m: self.bank_losses(m, banks),
+            lr,
+        )
         (bi, bt), (ai, at) = res.before, res.after
         return significance_weight(bi, ai, bt, at), res
 
@@ -254,15 +272,16 @@ class NPCMethod(nn.Module):
     # ------------------------------------------------------------------ step
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
         banks = self.core.bank_batches(batch)
-        w, res = self.core.significance(model, batch, banks, None, getattr(step, "lr", None))
-        self.core.note_weights(batch.index, w)
         per = info_nce_per_sample(pair_logits(model, batch))
+        trainable = self.bank_loss == "trainable"
+        bank = self.core.bank_losses(model, banks) if trainable else None
+        w, res = self.core.significance(model, banks, per, None, getattr(step, "lr", None), bank)
+        self.core.note_weights(batch.index, w)
         # Release: mean(w * batch-mean CE) = mean(w) * mean(CE), one scalar per batch (NPC#18).
         collapse = self.weighting == "batch_scalar"
         loss = w.mean() * per.mean() if collapse else weighted_mean(per, w)
-        if self.bank_loss == "trainable":
-            l_img, l_txt = (info_nce_per_sample(pair_logits(model, b)) for b in banks)
-            loss_bank = self.bank_loss_weight * (l_img.mean() + l_txt.mean())
+        if trainable:  # paper L_MB: the bank pairs' contrastive loss, trained through the model
+            loss_bank = self.bank_loss_weight * (bank[0].mean() + bank[1].mean())
         else:  # release: the siamese copy's before-losses under no_grad, a constant
             loss_bank = self.bank_loss_weight * (res.before[0].mean() + res.before[1].mean())
         self._last = {"weight_mean": float(w.mean()), "weight_low": float((w < 1).float().mean())}

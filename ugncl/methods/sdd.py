@@ -210,10 +210,10 @@ class SDDMethod(nn.Module):
             self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
         )
         banks = self.core.bank_batches(batch)
-        w_sig, res = self.core.significance(model, batch, banks, w_con, getattr(step, "lr", None))
+        per = info_nce_per_sample(pair_logits(model, batch))
+        w_sig, res = self.core.significance(model, banks, per, w_con, getattr(step, "lr", None))
         w = w_sig * w_con
         self.core.note_weights(batch.index, w)
-        per = info_nce_per_sample(pair_logits(model, batch))
         self._last = {"weight_mean": float(w.mean()), "w_sig_mean": float(w_sig.mean())}
         return {
             "loss": weighted_mean(per, w),

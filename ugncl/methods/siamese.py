@@ -11,7 +11,7 @@ works for any ``SimilarityModel``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -100,6 +100,54 @@ class SiameseCopy(nn.Module):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def step_from_grads(self, grads: Sequence[Tensor | None], lr: float | None = None) -> None:
+        """One optimiser step of the copy with given gradients (one per trainable parameter,
+        in the order of the model's ``named_parameters``; None = no gradient)."""
+        if len(grads) != len(self._params):
+            raise ValueError(f"got {len(grads)} gradients for {len(self._params)} parameters")
+        if lr is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        for p, g in zip(self._params, grads):
+            p.grad = None if g is None else g.detach().to(p.dtype)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def one_step_shared(
+        self,
+        model: nn.Module,
+        train_loss: Tensor,
+        before: tuple[Tensor, ...],
+        bank_losses: Callable[[nn.Module], tuple[Tensor, ...]],
+        lr: float | None = None,
+    ) -> OneStepLosses:
+        """:meth:`one_step` reusing the model's own forward passes at the current weights.
+
+        The copy is synced to the model, so before its step its batch loss and bank losses are
+        the model's: the gradient of the step is taken from the model's graph
+        (``autograd.grad`` with ``retain_graph``, the graph stays usable for the model's own
+        loss) and ``before`` is what the model computed. Saves the copy's batch forward and
+        the before pass; exact whenever the forward is deterministic (CLIP: no dropout).
+
+        Args:
+            model: the model being trained.
+            train_loss: scalar loss of the batch computed by ``model`` (with graph).
+            before: the model's per-sample bank losses at the current weights.
+            bank_losses: ``copy -> tuple of (K,)`` for the after pass.
+            lr: the step's learning rate.
+        """
+        params = dict(model.named_parameters())
+        grads = torch.autograd.grad(
+            train_loss, [params[n] for n in self._names], retain_graph=True, allow_unused=True
+        )
+        self.sync(model)
+        self.step_from_grads(grads, lr)
+        with torch.no_grad():
+            after = tuple(t.detach() for t in bank_losses(self.copy))
+        return OneStepLosses(
+            before=tuple(t.detach() for t in before), after=after, step_loss=train_loss.detach()
+        )
 
     def one_step(
         self,
