@@ -123,6 +123,7 @@ class SDDMethod(nn.Module):
         self.consistency: np.ndarray | None = None  # (N,) this epoch's GMM weight
         self.keep: np.ndarray | None = None  # (N,) bool, not self-dropped this epoch
         self._seed = 0
+        self._start_diag: np.ndarray | None = None  # setup's scores of the starting model
         self._last: dict[str, float] = {}
 
     def _batch_size(self, ctx: Any) -> int:
@@ -160,6 +161,7 @@ class SDDMethod(nn.Module):
                 device=ctx.device,
             )  # fmt: skip
             bank.save(path)
+            self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
             meta_path.write_text(json.dumps({"alpha": self.alpha, "beta": self.beta, **meta}))
         self.core.attach(ctx, bank)
         record = detection_record(self._clean, weights=bank.score, selected=bank.clean)
@@ -178,12 +180,16 @@ class SDDMethod(nn.Module):
             # Final weight of the previous epoch, w_sig * w_con, where it was applied.
             record.update(detection_record(self._clean, weights=w, prefix="step_"))
             self.core.epoch_weights = np.full_like(w, np.nan)
-        scan = scan_training_set(
-            ctx, ctx.model, epoch=epoch, stream=GMM_STREAM, batch_size=self._batch_size(ctx),
-            desc=f"sdd gmm {epoch}",
-        )  # fmt: skip
-        self.consistency = consistency_weight(scan.diag, seed=self._seed, **self.gmm)
-        self.keep = self_drop_keep(scan.diag, self.alpha)
+        if epoch == 0 and self._start_diag is not None:
+            diag = self._start_diag
+        else:
+            diag = scan_training_set(
+                ctx, ctx.model, epoch=epoch, stream=GMM_STREAM, batch_size=self._batch_size(ctx),
+                desc=f"sdd gmm {epoch}",
+            ).diag  # fmt: skip
+        self._start_diag = None
+        self.consistency = consistency_weight(diag, seed=self._seed, **self.gmm)
+        self.keep = self_drop_keep(diag, self.alpha)
         record.update(detection_record(self._clean, weights=self.consistency, selected=self.keep))
         record["n_dropped"] = int((~self.keep).sum())
         return record
