@@ -1,0 +1,324 @@
+"""Siamese copy and the NPC / SDD / OSA methods on a tiny CLIP-like model (CPU, seconds).
+
+The trainer's MethodContext is stood in for by ``FakeContext`` (the names of CONTRACT.md:
+model, device, precision, run_dir, seed, num_samples, clean, image_index, batches, fetch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ugncl.clip.losses import info_nce_per_sample
+from ugncl.methods.npc import NPCMethod, pair_logits
+from ugncl.methods.osa import OSAMethod
+from ugncl.methods.sdd import SDDMethod
+from ugncl.methods.siamese import SiameseCopy
+
+N_IMG, CAPS, D_IMG, VOCAB = 12, 2, 8, 16
+
+
+class TinyClip(nn.Module):
+    """raw = logit_scale.exp() * cos, shape (1, n_img, n_cap): the CLIP SimilarityModel scale."""
+
+    backbone = "tiny_clip"
+    num_views = 1
+
+    def __init__(self, seed: int = 0, scale: float = 10.0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.img = nn.Linear(D_IMG, 6)
+        self.txt = nn.EmbeddingBag(VOCAB, 6)
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(scale)))
+
+    def encode_images(self, images):
+        return self.img(images)
+
+    def encode_captions(self, captions, lengths):
+        return self.txt(captions)
+
+    def score(self, img, cap, lengths):
+        return (self.logit_scale.exp() * F.normalize(img, dim=-1) @ F.normalize(cap, dim=-1).T)[
+            None
+        ]
+
+    def forward(self, images, captions, lengths):
+        return self.score(
+            self.encode_images(images), self.encode_captions(captions, lengths), lengths
+        )
+
+
+@dataclass
+class Batch:
+    images: torch.Tensor
+    captions: torch.Tensor
+    lengths: torch.Tensor
+    index: torch.Tensor
+    image_index: torch.Tensor
+    clean: torch.Tensor
+
+    def to(self, device):
+        return replace(self, **{k: v.to(device) for k, v in vars(self).items()})
+
+
+class FakeContext:
+    def __init__(self, model, run_dir, noise=0.5, seed=0):
+        g = np.random.default_rng(seed)
+        self.model, self.device, self.run_dir, self.seed = model, torch.device("cpu"), run_dir, seed
+        self.precision = type(
+            "P", (), {"autocast": staticmethod(lambda d: contextlib.nullcontext())}
+        )
+        self.features = torch.as_tensor(g.normal(size=(N_IMG, D_IMG)), dtype=torch.float32)
+        true_image = np.repeat(np.arange(N_IMG), CAPS)
+        self.num_samples = len(true_image)
+        # Captions: 3 tokens determined by their true image.
+        self.tokens = torch.as_tensor((true_image[:, None] * 3 + np.arange(3)) % VOCAB)
+        noisy = g.random(self.num_samples) < noise
+        perm = g.permutation(np.flatnonzero(noisy))
+        self.image_index = true_image.copy()
+        self.image_index[np.flatnonzero(noisy)] = true_image[perm]
+        self.clean = self.image_index == true_image
+        self.fetched: list[list[int]] = []
+
+    def fetch(self, indices):
+        idx = torch.as_tensor(indices).long()
+        self.fetched.append(idx.tolist())
+        img = torch.as_tensor(self.image_index)[idx]
+        return Batch(self.features[img], self.tokens[idx], torch.full((len(idx),), 3), idx, img,
+                     torch.as_tensor(self.clean)[idx])  # fmt: skip
+
+    def batches(self, epoch, batch_size, stream, indices=None):
+        g = np.random.default_rng([epoch, stream])
+        order = np.arange(self.num_samples) if indices is None else np.asarray(indices)
+        order = g.permutation(order)
+        for i in range(0, len(order), batch_size):
+            yield self.fetch(order[i : i + batch_size])
+
+
+def _step(epoch=0):
+    return type("S", (), {"epoch": epoch, "global_step": 0, "warmup": False, "lr": 1e-2})()
+
+
+def _sgd(lr):
+    return lambda params: torch.optim.SGD(params, lr=lr)
+
+
+# ---------------------------------------------------------------------------------- siamese
+
+
+def test_siamese_sync_step_and_buffers_reused():
+    model = TinyClip()
+    sia = SiameseCopy(model, _sgd(0.5))
+    ptrs = [p.data_ptr() for p in sia.copy.parameters()]
+    ctx = FakeContext(model, None)
+    batch = ctx.fetch(np.arange(8))
+    before_model = [p.detach().clone() for p in model.parameters()]
+
+    def loss_fn(m):
+        return info_nce_per_sample(pair_logits(m, batch)).mean()
+
+    def bank(m):
+        return (info_nce_per_sample(pair_logits(m, batch)),)
+
+    res = sia.one_step(model, loss_fn, bank)
+    # One SGD step on the very pairs the bank holds lowers their loss (ratio > 1).
+    assert res.after[0].mean() < res.before[0].mean()
+    assert all(torch.equal(a, b) for a, b in zip(before_model, model.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(model.parameters(), sia.copy.parameters()))
+    sia.sync(model)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), sia.copy.parameters()))
+    assert [p.data_ptr() for p in sia.copy.parameters()] == ptrs  # synced in place
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_siamese_step_that_hurts_the_bank_gives_weight_below_one():
+    from ugncl.methods.weights import significance_weight
+
+    model = TinyClip()
+    ctx = FakeContext(model, None)
+    bank_batch = ctx.fetch(np.arange(8))
+    sia = SiameseCopy(model, _sgd(0.5))
+
+    def bank(m):
+        per = info_nce_per_sample(pair_logits(m, bank_batch))
+        return per, per
+
+    res = sia.one_step(model, lambda m: -bank(m)[0].mean(), bank)  # a step against the bank
+    w = significance_weight(res.before[0], res.after[0], res.before[1], res.after[1])
+    assert (w < 1).all() and torch.allclose(w, torch.tanh(res.before[0] / res.after[0]), atol=1e-6)
+
+
+def test_shared_step_equals_separate_siamese_forward():
+    # one_step_shared takes the step's gradient and the before-losses from the model's own
+    # forward at the synced weights: the same numbers as running the copy, one pass cheaper.
+    model = TinyClip()
+    ctx = FakeContext(model, None)
+    batch, bank_batch = ctx.fetch(np.arange(8)), ctx.fetch(np.arange(8, 16))
+    weights = torch.linspace(0.1, 1.0, 8)
+
+    def bank(m):
+        return (info_nce_per_sample(pair_logits(m, bank_batch)),)
+
+    def train(m):
+        return (weights * info_nce_per_sample(pair_logits(m, batch))).mean()
+
+    separate = SiameseCopy(model, _sgd(0.3)).one_step(model, train, bank)
+    shared_copy = SiameseCopy(model, _sgd(0.3))
+    with torch.no_grad():
+        before = bank(model)
+    shared = shared_copy.one_step_shared(model, train(model), before, bank)
+    assert torch.allclose(shared.before[0], separate.before[0], atol=1e-6)
+    assert torch.allclose(shared.after[0], separate.after[0], atol=1e-5)
+    assert not torch.allclose(shared.after[0], shared.before[0])
+    assert all(p.grad is None for p in model.parameters())  # autograd.grad leaves .grad alone
+
+
+def test_siamese_copies_only_trainable_state():
+    model = TinyClip()
+    model.logit_scale.requires_grad_(False)
+    sia = SiameseCopy(model, _sgd(0.1))
+    assert not sia.copy.logit_scale.requires_grad
+    assert len(sia.optimizer.param_groups[0]["params"]) == 3  # img w/b, txt weight; no scale
+
+
+# -------------------------------------------------------------------------------------- NPC
+
+
+def _npc(tmp_path, **kw):
+    model = TinyClip()
+    ctx = FakeContext(model, tmp_path)
+    npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=1e-2, **kw)
+    record = npc.setup(ctx)
+    return npc, ctx, model, record
+
+
+def test_npc_setup_builds_and_reuses_bank(tmp_path):
+    npc, ctx, model, record = _npc(tmp_path)
+    assert record["bank_keys"] > 0 and "bank_weight_auc" in record and "bank_noisy_f1" in record
+    bank = npc.core.bank
+    assert bank.clean[bank.text_bank].all() and (bank.text_bank != np.arange(ctx.num_samples)).all()
+    with torch.no_grad():
+        model.img.weight.mul_(-1)  # a resumed run starts from other weights: the bank is reused
+    again = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=1e-2)
+    again.setup(ctx)
+    assert np.array_equal(again.core.bank.text_bank, bank.text_bank)
+
+
+@pytest.mark.parametrize("weighting", ["per_sample", "batch_scalar"])
+def test_npc_per_sample_weights_vs_released_collapse(tmp_path, weighting):
+    npc, ctx, model, _ = _npc(tmp_path, weighting=weighting)
+    batch = ctx.fetch(np.arange(4))
+    real = npc.core.significance
+    fixed = torch.tensor([0.2, 1.0, 0.5, 1.0])
+
+    def significance(*args):  # the real siamese step, then known weights
+        w, res = real(*args)
+        assert w.shape == (4,) and ((w > 0) & (w <= 1)).all()
+        return fixed, res
+
+    npc.core.significance = significance
+    out = npc.training_step(model, batch, _step())
+    per = info_nce_per_sample(pair_logits(model, batch)).detach()
+    assert not torch.allclose(per, per[0].expand_as(per))
+    per_sample, collapsed = (fixed * per).mean(), fixed.mean() * per.mean()
+    assert per_sample.item() != pytest.approx(collapsed.item(), rel=1e-4)
+    expected = per_sample if weighting == "per_sample" else collapsed
+    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert np.allclose(npc.core.epoch_weights[:4], fixed.numpy())
+
+
+def test_npc_bank_loss_trains_the_model(tmp_path):
+    npc, ctx, model, _ = _npc(tmp_path)
+    out = npc.training_step(model, ctx.fetch(np.arange(6)), _step())
+    out["loss_bank"].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    (tmp_path / "r").mkdir()
+    released, ctx2, model2, _ = _npc(tmp_path / "r", bank_loss="released")
+    out = released.training_step(model2, ctx2.fetch(np.arange(6)), _step())
+    assert not out["loss_bank"].requires_grad  # the release's L_MB: a constant
+    record = npc.on_epoch_start(ctx, 1)
+    assert record is not None and "weight_auc" in record
+
+
+# -------------------------------------------------------------------------------------- SDD
+
+
+def test_sdd_drops_and_looks_up_by_sample_index(tmp_path):
+    model = TinyClip()
+    ctx = FakeContext(model, tmp_path)
+    sdd = SDDMethod(thresholds="auto", pass_batch_size=8, siamese_lr=1e-2)
+    record = sdd.setup(ctx)
+    assert record["beta"] > record["alpha"]
+    rec = sdd.on_epoch_start(ctx, 0)
+    assert {"weight_auc", "noisy_precision", "n_dropped"} <= set(rec)
+    # Force a drop set, then train on a batch of the kept subset.
+    sdd.keep = np.ones(ctx.num_samples, dtype=bool)
+    sdd.keep[:5] = False
+    kept = sdd.epoch_samples(ctx, 0)
+    assert kept.tolist() == list(range(5, ctx.num_samples))
+    batch = ctx.fetch(kept[:6])
+    ctx.fetched.clear()
+    out = sdd.training_step(model, batch, _step())
+    img_side, txt_side = ctx.fetched[:2]
+    bank = sdd.core.bank
+    assert txt_side == bank.text_bank[kept[:6]].tolist()  # by sample index, not position 0..5
+    assert img_side == bank.image_bank[ctx.image_index[kept[:6]]].tolist()
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"])
+    sdd.keep[:] = False
+    assert sdd.epoch_samples(ctx, 0) is None  # nothing left: train on all rather than nothing
+
+
+# -------------------------------------------------------------------------------------- OSA
+
+
+def test_osa_weights_once_cached_and_sample_indexed(tmp_path):
+    model = TinyClip()
+    ctx = FakeContext(model, tmp_path)
+    osa = OSAMethod(pass_batch_size=8)
+    record = osa.setup(ctx)
+    assert (tmp_path / "osa_weights.npz").exists()
+    assert record["logit_scale"] == pytest.approx(10.0) and "weight_auc" in record
+    w = osa.sample_weights()
+    assert w.shape == (ctx.num_samples,) and np.isfinite(w).all() and (w >= 0).all()
+    batch = ctx.fetch(np.array([3, 0, 7]))
+    assert torch.allclose(osa.batch_weights(batch.index), torch.as_tensor(w[[3, 0, 7]]))
+    out = osa.training_step(model, batch, _step())
+    out["loss"].backward()
+    assert model.img.weight.grad is not None
+    # Resume: the cache is reused even though the model changed (the estimator is the start).
+    with torch.no_grad():
+        model.img.weight.mul_(-1)
+    again = OSAMethod(pass_batch_size=8)
+    again.setup(ctx)
+    assert np.array_equal(again.sample_weights(), w)
+    assert len(list(osa.parameters())) == 0  # the estimator is released after setup
+
+
+def test_osa_no_nan_when_no_pair_exceeds_beta(tmp_path):
+    model = TinyClip()
+    ctx = FakeContext(model, tmp_path)
+    osa = OSAMethod(beta=1e6, scoring="released", pass_batch_size=8)
+    osa.setup(ctx)
+    out = osa.training_step(model, ctx.fetch(np.arange(4)), _step())
+    assert torch.isfinite(out["loss"]) and out["loss"].item() == 0.0
+
+
+def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
+    from ugncl.losses import triplet_objective
+    from ugncl.methods.osa import weighted_triplet
+
+    g = torch.Generator().manual_seed(3)
+    raw = torch.randn(2, 5, 5, generator=g)
+    for mv in (True, False):
+        plain = triplet_objective(raw, 0.2, mv)["loss_triplet"]
+        assert torch.allclose(weighted_triplet(raw, torch.ones(5), 0.2, mv), plain)
+    w = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
+    assert weighted_triplet(raw, w) < weighted_triplet(raw, torch.ones(5))
