@@ -75,6 +75,9 @@ class UGNCLConfig:
     """UGNCL hyper-parameters; names follow UGNCL_METHOD.md."""
 
     tau: float = 0.1
+    # Evidence function of Eq. 3: tanh = exp(tanh(r)/tau) (DECL; default, README "UGNCL
+    # equations" has the measurement), softplus = exp(softplus(r)/tau) (paper, released).
+    evidence: str = "tanh"
     evidence_ceiling: float = 50.0
     evidence_floor: str = "keep"
     p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
@@ -158,6 +161,7 @@ class Config:
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.head": ("sgr", "saf"),
     "method.name": ("ugncl", "triplet"),
+    "method.ugncl.evidence": ("tanh", "softplus"),
     "method.ugncl.evidence_floor": ("keep", "subtract"),
     "method.ugncl.evidential_loss": ("fused", "per_view"),
     "train.amp": ("auto", "off", "bf16", "fp16"),

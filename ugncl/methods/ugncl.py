@@ -35,6 +35,7 @@ class UGNCLMethod(Method):
         self,
         *,
         tau: float = 0.1,
+        evidence: str = "tanh",
         evidence_ceiling: float = 50.0,
         evidence_floor: str = "keep",
         p: float = 0.5,
@@ -51,6 +52,7 @@ class UGNCLMethod(Method):
         kl_anneal_epochs: int = 0,
     ) -> None:
         self.tau = tau
+        self.evidence = evidence
         self.ceiling = evidence_ceiling
         self.floor = evidence_floor
         self.p = p
@@ -83,8 +85,8 @@ class UGNCLMethod(Method):
                 division = divide_batch(
                     raw.float(),
                     tau=self.tau,
-                    ceiling=self.ceiling,
                     floor=self.floor,
+                    function=self.evidence,
                     p=self.p,
                     epsilon=self.epsilon,
                 )
@@ -106,6 +108,7 @@ class UGNCLMethod(Method):
             tau=self.tau,
             ceiling=self.ceiling,
             floor=self.floor,
+            function=self.evidence,
             kl_weight=self.kl_weight_at(ctx.epoch),
             trl_weight=self.trl_weight,
             gamma=self.margin,
