@@ -65,3 +65,15 @@ def test_ugncl_warmup_step_needs_no_division_but_main_step_does() -> None:
 def test_kl_weight_annealing(anneal: int, epoch: int, expected: float) -> None:
     method = UGNCLMethod(kl_weight=0.1, kl_anneal_epochs=anneal)
     assert method.kl_weight_at(epoch) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["ugncl_synthetic", "ugncl_flickr", "ugncl_coco", "ugncl_cc152k"])
+def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> None:
+    """Issue 8: the paper's xi1 = 0.1 and tau = 0.1 in every UGNCL config (the synthetic one
+    used xi1 = 0 to dodge the softplus collapse); the evidence function defaults to tanh."""
+    from ugncl.config import load_config
+
+    config, _ = load_config(name)
+    options = config.method.ugncl
+    assert (options.kl_weight, options.tau, options.evidence) == (0.1, 0.1, "tanh")
+    assert UGNCLMethod().evidence == "tanh"
