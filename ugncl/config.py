@@ -82,6 +82,9 @@ class UGNCLConfig:
     evidence_floor: str = "keep"
     p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
     epsilon: float = 0.5  # hard-clean / hard-noisy threshold on the soft label
+    # Soft label of hard pairs: mean_rival (decision, README "UGNCL equations") | max_rival
+    # | projected (released b_ii / (1 - u)) | belief (paper b_ii).
+    soft_label: str = "mean_rival"
     kl_weight: float = 0.1  # xi1
     trl_weight: float = 0.8  # xi2 (paper; the released default is 0.2)
     margin: float = 0.2  # gamma
@@ -162,6 +165,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.head": ("sgr", "saf"),
     "method.name": ("ugncl", "triplet"),
     "method.ugncl.evidence": ("tanh", "softplus"),
+    "method.ugncl.soft_label": ("mean_rival", "max_rival", "projected", "belief"),
     "method.ugncl.evidence_floor": ("keep", "subtract"),
     "method.ugncl.evidential_loss": ("fused", "per_view"),
     "train.amp": ("auto", "off", "bf16", "fp16"),

@@ -44,6 +44,7 @@ __all__ = [
     "floor_uncertainty",
     "fuse_views",
     "fused_log_evidence",
+    "hard_soft_label",
     "normalised_uncertainty",
 ]
 
@@ -233,6 +234,47 @@ def normalised_uncertainty(
 
 # ------------------------------------------------------------------ division (Eqs. 8-11)
 
+SOFT_LABELS = ("mean_rival", "max_rival", "projected", "belief")
+
+
+def hard_soft_label(log_e: Tensor, rule: str = "projected") -> Tensor:
+    """Soft label ``y_i`` of each pair from its fused log evidence ``(K, K)`` (Eqs. 10-11).
+
+    * ``"belief"`` (paper): ``b_ii = e_ii / (K + sum_k e_ik)``; at most ``1 - u``, so with
+      ``p = epsilon = 0.5`` no hard pair can be hard-clean.
+    * ``"projected"`` (released ``probabilities``): ``b_ii / (1 - u_i) = e_ii / sum_k e_ik``,
+      the diagonal's share of all evidence; near 1 for any pair whose diagonal evidence is
+      merely larger than the (tiny) rest, near ``1/K`` when all scores are alike.
+    * ``"mean_rival"`` (decision, default of the method): ``e_ii / (e_ii + mean_{k != i}
+      e_ik)``, the diagonal's two-way projected probability against an average candidate:
+      ``y > 0.5`` when the pair holds more evidence than a typical rival. Independent of the
+      overall evidence scale (which the KL term drives to ~0 for every pair, so ``u ~ 1`` and
+      every pair is hard; README "UGNCL equations").
+    * ``"max_rival"``: ``e_ii / (e_ii + max_{k != i} e_ik)``, against the strongest rival;
+      ``y > 0.5`` exactly when the diagonal wins the argmax of Eq. 9.
+
+    Returns:
+        ``(K,)`` in ``[0, 1]``.
+    """
+    if rule not in SOFT_LABELS:
+        raise ValueError(f"soft_label must be one of {SOFT_LABELS}, got {rule!r}")
+    K = log_e.shape[-1]
+    diag = torch.diagonal(log_e)
+    if rule in ("mean_rival", "max_rival"):
+        if K == 1:
+            return torch.ones_like(diag)
+        eye = torch.eye(K, dtype=torch.bool, device=log_e.device)
+        rivals = log_e.masked_fill(eye, -math.inf)
+        if rule == "max_rival":
+            rival = rivals.max(dim=-1).values
+        else:
+            rival = torch.logsumexp(rivals, dim=-1) - math.log(K - 1)
+        return torch.nan_to_num(torch.sigmoid(diag - rival), nan=0.0)
+    lse = torch.logsumexp(log_e, dim=-1)
+    if rule == "belief":
+        lse = torch.logaddexp(lse, lse.new_full((), math.log(K)))
+    return torch.nan_to_num(torch.exp(diag - lse), nan=0.0)
+
 
 @dataclass
 class BatchDivision:
@@ -241,7 +283,7 @@ class BatchDivision:
     Attributes:
         u: fused uncertainty ``K / S``.
         u_bar: normalised uncertainty ``u / u_floor``.
-        soft_label: training label ``y_i``: 1 for clean, 0 for noisy, ``projected`` for hard.
+        soft_label: training label ``y_i``: 1 for clean, 0 for noisy, the soft label for hard.
         projected: projected probability of the diagonal ``b_ii / (1 - u_i)``.
         sets: set code per pair (CLEAN, NOISY, HARD_CLEAN, HARD_NOISY), int64.
         belief_argmax: ``argmax_k b_i[k]``, int64.
@@ -263,15 +305,16 @@ def divide_batch(
     function: EvidenceFunction = "softplus",
     p: float = 0.5,
     epsilon: float = 0.5,
+    soft_label: str = "projected",
 ) -> BatchDivision:
     """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
 
     * ``u_bar_i < p``: determined; clean (label 1) if ``argmax_k b_i[k] == i``, else noisy
       (label 0).
-    * ``u_bar_i >= p``: hard; soft label ``y_i = b_ii / (1 - u_i)`` (the projected
-      probability of the diagonal; the paper's ``b_ii`` is ``<= 1 - u <= 1 - p`` on the hard
-      set, so with ``p = epsilon = 0.5`` hard-clean would be empty, see METHOD 6);
-      hard-clean if ``y_i > epsilon``, else hard-noisy.
+    * ``u_bar_i >= p``: hard; soft label ``y_i`` by :func:`hard_soft_label` (``rule``:
+      ``"projected"`` = released ``b_ii / (1 - u_i)``, ``"belief"`` = paper ``b_ii``,
+      ``"mean_rival"`` / ``"max_rival"`` = against an average / the strongest rival); hard-clean if ``y_i > epsilon``, else
+      hard-noisy.
 
     Opinions are computed exactly in log space (:func:`fused_log_evidence`, no ceiling).
     Gradients are not tracked (the input is detached).
@@ -281,6 +324,7 @@ def divide_batch(
         tau, floor, function: evidence settings (:func:`ugncl.evidential.evidence`).
         p: uncertainty threshold on ``u_bar`` (paper: 0.5).
         epsilon: soft-label threshold for hard pairs (paper: 0.5).
+        soft_label: soft-label rule of hard pairs (:func:`hard_soft_label`).
 
     Returns:
         A :class:`BatchDivision` (float32 tensors).
@@ -294,16 +338,16 @@ def divide_batch(
         idx = torch.arange(log_e.shape[0], device=log_e.device)
         determined = u_bar < p
         matched = argmax == idx
-        hard_clean = projected > epsilon
+        y = hard_soft_label(log_e, soft_label)
         sets = torch.where(
             determined,
             torch.where(matched, CLEAN, NOISY),
-            torch.where(hard_clean, HARD_CLEAN, HARD_NOISY),
+            torch.where(y > epsilon, HARD_CLEAN, HARD_NOISY),
         ).long()
-        soft_label = torch.where(determined, matched.to(projected.dtype), projected)
+        label = torch.where(determined, matched.to(y.dtype), y)
     f32 = torch.float32
     return BatchDivision(
-        u=u.to(f32), u_bar=u_bar.to(f32), soft_label=soft_label.to(f32),
+        u=u.to(f32), u_bar=u_bar.to(f32), soft_label=label.to(f32),
         projected=projected.to(f32), sets=sets, belief_argmax=argmax,
     )  # fmt: skip
 
@@ -469,6 +513,7 @@ def divide_dataset(
     function: EvidenceFunction = "softplus",
     p: float = 0.5,
     epsilon: float = 0.5,
+    soft_label: str = "projected",
 ) -> DivisionResult:
     """Divide a whole training set (METHOD 6), model-free.
 
@@ -476,7 +521,7 @@ def divide_dataset(
         batches: iterable of ``(index (K,), raw (W, K, K))``, e.g. a generator that runs the
             model in eval mode under ``torch.no_grad()`` over a seeded shuffled loader.
         num_samples: size of the training set.
-        tau, floor, function, p, epsilon: see :func:`divide_batch`.
+        tau, floor, function, p, epsilon, soft_label: see :func:`divide_batch`.
 
     Returns:
         The :class:`DivisionResult`.

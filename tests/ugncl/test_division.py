@@ -232,3 +232,27 @@ def test_tanh_evidence_division_and_floor():
     div = divide_batch(torch.full((2, 6, 6), -50.0), function="tanh")
     assert div.u_bar.min().item() > 0.999
     assert (div.sets == HARD_NOISY).all()
+
+
+def test_hard_sets_fill_when_every_pair_is_uncertain():
+    """The regime measured after warm-up at xi1 = 0.1 (README "UGNCL equations"): every raw
+    score in tanh's lower tail, so u ~ 1 and all 32 pairs are hard. Pairs 0-15 have a
+    diagonal clearly above their rivals (-0.5 vs -1), pairs 16-31 one below (-1.2). The
+    released label (the diagonal's share of all evidence, 0.39 here) and the paper's b_ii
+    mark every pair hard-noisy; the mean-rival label splits them."""
+    K = 32
+    raw = torch.full((2, K, K), -1.0)
+    d = torch.arange(K)
+    raw[:, d, d] = torch.where(d < 16, -0.5, -1.2)
+    method_default = divide_batch(raw, function="tanh", soft_label="mean_rival")
+    assert (method_default.u_bar > 0.99).all()
+    assert (method_default.sets[:16] == HARD_CLEAN).all()
+    assert (method_default.sets[16:] == HARD_NOISY).all()
+    assert method_default.soft_label[:16].min() > 0.9
+    for rule in ("projected", "belief"):
+        assert (divide_batch(raw, function="tanh", soft_label=rule).sets == HARD_NOISY).all()
+    # max_rival: y > 0.5 exactly when the diagonal wins the argmax.
+    strongest = divide_batch(raw, function="tanh", soft_label="max_rival")
+    assert ((strongest.sets == HARD_CLEAN) == (strongest.belief_argmax == d)).all()
+    with pytest.raises(ValueError, match="soft_label"):
+        divide_batch(raw, soft_label="median")

@@ -40,6 +40,7 @@ class UGNCLMethod(Method):
         evidence_floor: str = "keep",
         p: float = 0.5,
         epsilon: float = 0.5,
+        soft_label: str = "mean_rival",
         kl_weight: float = 0.1,
         trl_weight: float = 0.8,
         margin: float = 0.2,
@@ -57,6 +58,7 @@ class UGNCLMethod(Method):
         self.floor = evidence_floor
         self.p = p
         self.epsilon = epsilon
+        self.soft_label = soft_label
         self.kl_weight = kl_weight
         self.trl_weight = trl_weight
         self.margin = margin
@@ -89,6 +91,7 @@ class UGNCLMethod(Method):
                     function=self.evidence,
                     p=self.p,
                     epsilon=self.epsilon,
+                    soft_label=self.soft_label,
                 )
                 accumulator.add(batch.index.cpu(), division)
         self.division = accumulator.result()
