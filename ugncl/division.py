@@ -311,10 +311,10 @@ def divide_batch(
 
     * ``u_bar_i < p``: determined; clean (label 1) if ``argmax_k b_i[k] == i``, else noisy
       (label 0).
-    * ``u_bar_i >= p``: hard; soft label ``y_i`` by :func:`hard_soft_label` (``rule``:
-      ``"projected"`` = released ``b_ii / (1 - u_i)``, ``"belief"`` = paper ``b_ii``,
-      ``"mean_rival"`` / ``"max_rival"`` = against an average / the strongest rival); hard-clean if ``y_i > epsilon``, else
-      hard-noisy.
+    * ``u_bar_i >= p``: hard; soft label ``y_i`` by :func:`hard_soft_label`
+      (``"projected"`` = released ``b_ii / (1 - u_i)``, ``"belief"`` = paper ``b_ii``,
+      ``"mean_rival"`` / ``"max_rival"`` = against an average / the strongest rival);
+      hard-clean if ``y_i > epsilon``, else hard-noisy.
 
     Opinions are computed exactly in log space (:func:`fused_log_evidence`, no ceiling).
     Gradients are not tracked (the input is detached).
