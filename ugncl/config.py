@@ -89,7 +89,9 @@ class UGNCLConfig:
     trl_weight: float = 0.8  # xi2 (paper; the released default is 0.2)
     margin: float = 0.2  # gamma
     margin_base: float = 10.0  # m of the soft margin
-    trust_delta: float = 10.0  # Delta of Eq. 17
+    # Delta of Eq. 17; paper 10. 0 (f_C = f_N = 1/2) is our default: with u ~ 1 for every pair
+    # at xi1 = 0.1, Delta = 10 zeroes every hard-clean margin (README "UGNCL equations").
+    trust_delta: float = 0.0
     lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
     lambda_min: int = 5  # theta
     evidential_loss: str = "fused"

@@ -45,7 +45,7 @@ class UGNCLMethod(Method):
         trl_weight: float = 0.8,
         margin: float = 0.2,
         margin_base: float = 10.0,
-        trust_delta: float = 10.0,
+        trust_delta: float = 0.0,
         lambda_delta: float = 0.025,
         lambda_min: int = 5,
         evidential_loss: str = "fused",
