@@ -8,6 +8,7 @@ collects batch results over a whole training set, keyed by dataset sample index,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugncl.evidential import EvidenceFloor, _check_floor, ds_combine_many, evidence
+from ugncl.evidential import (
+    EvidenceFloor,
+    EvidenceFunction,
+    ds_combine_many,
+    log_ds_combine_many,
+    log_evidence_exact,
+    min_log_evidence,
+)
 
 __all__ = [
     "CLEAN",
@@ -35,6 +43,8 @@ __all__ = [
     "division_quality",
     "floor_uncertainty",
     "fuse_views",
+    "fused_log_evidence",
+    "hard_soft_label",
     "normalised_uncertainty",
 ]
 
@@ -89,22 +99,71 @@ def fuse_views(alpha: Tensor) -> tuple[Tensor, Tensor]:
     return b, u
 
 
+def fused_log_evidence(
+    raw: Tensor,
+    *,
+    tau: float = 0.1,
+    floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
+) -> Tensor:
+    """Fused bidirectional log evidence of every pair of a batch, exact (Eqs. 3, 4, 7).
+
+    Per view ``log(e[i, k] + e[k, i])`` (Eq. 4 in log space), fused over views by
+    :func:`ugncl.evidential.log_ds_combine_many`; no ceiling, float64 (float32 on MPS).
+    Decision (issue 8): with the capped evidence every score above ``raw ~ 5`` (softplus,
+    tau 0.1) had the same evidence, so the argmax of Eq. 9 broke ties by index and marked
+    clean pairs noisy; here a higher raw score always has more evidence.
+
+    Args:
+        raw: raw scores ``(W, K, K)``.
+        tau, floor, function: evidence settings (:func:`ugncl.evidential.evidence`).
+
+    Returns:
+        ``(K, K)``: row ``i`` = pair ``i``'s log evidence over the K candidates.
+    """
+    _check_scores(raw)
+    log_e = log_evidence_exact(raw, tau, floor, function)
+    return log_ds_combine_many(torch.logaddexp(log_e, log_e.transpose(1, 2)))
+
+
+def _opinion_from_log_evidence(log_e: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    # b = e / (K + sum e), u = K / (K + sum e), projected diagonal e_ii / sum e; all in log
+    # space so that nothing overflows and no 1 - u cancels.
+    K = log_e.shape[-1]
+    lse = torch.logsumexp(log_e, dim=-1)
+    log_s = torch.logaddexp(lse, lse.new_full((), math.log(K)))
+    b = torch.exp(log_e - log_s.unsqueeze(-1))
+    u = torch.exp(math.log(K) - log_s)
+    diag = torch.diagonal(log_e) if log_e.dim() == 2 and log_e.shape[0] == K else None
+    projected = torch.exp(diag - lse) if diag is not None else torch.zeros_like(u)
+    # A row with no evidence at all (subtract floor, every score at 0): projected 0, not NaN.
+    projected = torch.nan_to_num(projected, nan=0.0)
+    return b, u, projected
+
+
 def batch_opinions(
-    raw: Tensor, *, tau: float = 0.1, ceiling: float | None = 50.0, floor: EvidenceFloor = "keep"
+    raw: Tensor,
+    *,
+    tau: float = 0.1,
+    floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
 ) -> tuple[Tensor, Tensor]:
     """Fused bidirectional opinion of every pair of a batch (paper Eqs. 3-7).
 
     Args:
         raw: raw scores ``(W, K, K)``.
-        tau, ceiling, floor: see :func:`ugncl.evidential.evidence`.
+        tau, floor, function: see :func:`ugncl.evidential.evidence`.
 
     Returns:
         ``(b, u)``: beliefs ``(K, K)`` (row ``i`` = pair ``i`` over the K candidates) and
-        uncertainty ``(K,)``.
+        uncertainty ``(K,)``, computed uncapped in float64, returned in float32 or the wider
+        dtype of ``raw``.
     """
-    _check_scores(raw)
-    e = evidence(raw, tau=tau, ceiling=ceiling, floor=floor)
-    return fuse_views(bidirectional_alpha(e))
+    b, u, _ = _opinion_from_log_evidence(
+        fused_log_evidence(raw, tau=tau, floor=floor, function=function)
+    )
+    dtype = torch.promote_types(raw.dtype, torch.float32)
+    return b.to(dtype), u.to(dtype)
 
 
 def floor_uncertainty(
@@ -112,55 +171,109 @@ def floor_uncertainty(
     W: int,
     floor: EvidenceFloor = "keep",
     *,
+    tau: float = 0.1,
+    function: EvidenceFunction = "softplus",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """Fused uncertainty when every evidence sits at the floor (METHOD section 5).
+    """Fused uncertainty when every evidence sits at its minimum (METHOD section 5).
 
-    Computed by running the same pipeline (:func:`bidirectional_alpha`, :func:`fuse_views`)
-    on a ``(W, K, K)`` batch of floor evidence (1 for ``"keep"``, 0 for ``"subtract"``), so a
-    batch of scores at the floor gets ``u / u_floor == 1`` exactly, not just up to rounding.
-    Closed forms for ``"keep"``: W = 1 gives 1/3, W = 2 gives ``1 / (5 + 4/K)``;
-    ``"subtract"`` gives 1 for every W.
+    Computed by running the same pipeline (:func:`fused_log_evidence`) on a ``(W, K, K)``
+    batch at the minimum log evidence (:func:`ugncl.evidential.min_log_evidence`: softplus
+    ``keep`` 1, ``subtract`` 0, tanh ``exp(-1/tau)``), so a batch of scores at the minimum
+    gets ``u / u_floor == 1``. Closed forms for softplus ``keep``: W = 1 gives 1/3, W = 2
+    gives ``1 / (5 + 4/K)``; ``subtract`` gives 1 for every W; tanh is within ``1e-4`` of 1
+    at ``tau = 0.1`` (no normalisation in effect).
 
     Args:
         K: candidates per opinion (the batch size), ``>= 1``.
         W: number of views, ``>= 1``.
         floor: evidence floor mode.
+        tau, function: evidence settings.
         dtype, device: of the returned scalar (use those of the ``u`` it will divide).
 
     Returns:
         0-dim tensor.
     """
-    _check_floor(floor)
     if K < 1 or W < 1:
         raise ValueError(f"floor_uncertainty needs K >= 1 and W >= 1, got K={K}, W={W}")
-    fill = 1.0 if floor == "keep" else 0.0
-    e = torch.full((W, K, K), fill, dtype=dtype, device=device)
-    _, u = fuse_views(bidirectional_alpha(e))
-    return u[0]
+    fill = min_log_evidence(tau, floor, function)
+    log_e = torch.full((W, K, K), fill, dtype=torch.float64, device=device)
+    log_e = log_ds_combine_many(torch.logaddexp(log_e, log_e.transpose(1, 2)))
+    _, u, _ = _opinion_from_log_evidence(log_e)
+    return u[0].to(dtype)
 
 
-def normalised_uncertainty(u: Tensor, W: int, floor: EvidenceFloor = "keep") -> Tensor:
-    """``u_bar = u / u_floor`` (METHOD section 5): 1 = no evidence beyond the floor.
+def normalised_uncertainty(
+    u: Tensor,
+    W: int,
+    floor: EvidenceFloor = "keep",
+    *,
+    tau: float = 0.1,
+    function: EvidenceFunction = "softplus",
+) -> Tensor:
+    """``u_bar = u / u_floor`` (METHOD section 5): 1 = no evidence beyond the minimum.
 
     Args:
         u: fused uncertainty ``(K,)`` of a batch of K pairs.
         W: number of views that were fused.
-        floor: evidence floor mode.
+        floor, tau, function: evidence settings.
 
     Returns:
         ``(K,)`` in ``[0, 1]``.
     """
     # u_bar <= 1 holds exactly: in evidence terms the reduced DST rule is
     # e = e1 + e2 + e1 * e2 / K (elementwise), increasing in every input, and
-    # 1 / u = 1 + sum(e) / K, so any evidence above the floor lowers the fused u. The clamp
-    # only removes rounding.
-    u_floor = floor_uncertainty(u.shape[-1], W, floor, dtype=u.dtype, device=u.device)
+    # 1 / u = 1 + sum(e) / K, so any evidence above the minimum lowers the fused u. The
+    # clamp only removes rounding.
+    u_floor = floor_uncertainty(
+        u.shape[-1], W, floor, tau=tau, function=function, dtype=u.dtype, device=u.device
+    )
     return (u / u_floor).clamp(max=1.0)
 
 
 # ------------------------------------------------------------------ division (Eqs. 8-11)
+
+SOFT_LABELS = ("mean_rival", "max_rival", "projected", "belief")
+
+
+def hard_soft_label(log_e: Tensor, rule: str = "projected") -> Tensor:
+    """Soft label ``y_i`` of each pair from its fused log evidence ``(K, K)`` (Eqs. 10-11).
+
+    * ``"belief"`` (paper): ``b_ii = e_ii / (K + sum_k e_ik)``; at most ``1 - u``, so with
+      ``p = epsilon = 0.5`` no hard pair can be hard-clean.
+    * ``"projected"`` (released ``probabilities``): ``b_ii / (1 - u_i) = e_ii / sum_k e_ik``,
+      the diagonal's share of all evidence; near 1 for any pair whose diagonal evidence is
+      merely larger than the (tiny) rest, near ``1/K`` when all scores are alike.
+    * ``"mean_rival"`` (decision, default of the method): ``e_ii / (e_ii + mean_{k != i}
+      e_ik)``, the diagonal's two-way projected probability against an average candidate:
+      ``y > 0.5`` when the pair holds more evidence than a typical rival. Independent of the
+      overall evidence scale (which the KL term drives to ~0 for every pair, so ``u ~ 1`` and
+      every pair is hard; README "UGNCL equations").
+    * ``"max_rival"``: ``e_ii / (e_ii + max_{k != i} e_ik)``, against the strongest rival;
+      ``y > 0.5`` exactly when the diagonal wins the argmax of Eq. 9.
+
+    Returns:
+        ``(K,)`` in ``[0, 1]``.
+    """
+    if rule not in SOFT_LABELS:
+        raise ValueError(f"soft_label must be one of {SOFT_LABELS}, got {rule!r}")
+    K = log_e.shape[-1]
+    diag = torch.diagonal(log_e)
+    if rule in ("mean_rival", "max_rival"):
+        if K == 1:
+            return torch.ones_like(diag)
+        eye = torch.eye(K, dtype=torch.bool, device=log_e.device)
+        rivals = log_e.masked_fill(eye, -math.inf)
+        if rule == "max_rival":
+            rival = rivals.max(dim=-1).values
+        else:
+            rival = torch.logsumexp(rivals, dim=-1) - math.log(K - 1)
+        return torch.nan_to_num(torch.sigmoid(diag - rival), nan=0.0)
+    lse = torch.logsumexp(log_e, dim=-1)
+    if rule == "belief":
+        lse = torch.logaddexp(lse, lse.new_full((), math.log(K)))
+    return torch.nan_to_num(torch.exp(diag - lse), nan=0.0)
 
 
 @dataclass
@@ -170,7 +283,7 @@ class BatchDivision:
     Attributes:
         u: fused uncertainty ``K / S``.
         u_bar: normalised uncertainty ``u / u_floor``.
-        soft_label: training label ``y_i``: 1 for clean, 0 for noisy, ``projected`` for hard.
+        soft_label: training label ``y_i``: 1 for clean, 0 for noisy, the soft label for hard.
         projected: projected probability of the diagonal ``b_ii / (1 - u_i)``.
         sets: set code per pair (CLEAN, NOISY, HARD_CLEAN, HARD_NOISY), int64.
         belief_argmax: ``argmax_k b_i[k]``, int64.
@@ -188,52 +301,54 @@ def divide_batch(
     raw: Tensor,
     *,
     tau: float = 0.1,
-    ceiling: float | None = 50.0,
     floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
     p: float = 0.5,
     epsilon: float = 0.5,
+    soft_label: str = "projected",
 ) -> BatchDivision:
     """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
 
     * ``u_bar_i < p``: determined; clean (label 1) if ``argmax_k b_i[k] == i``, else noisy
       (label 0).
-    * ``u_bar_i >= p``: hard; soft label ``y_i = b_ii / (1 - u_i)`` (the projected
-      probability of the diagonal; the paper's ``b_ii`` would leave hard-clean empty, see
-      METHOD 6); hard-clean if ``y_i > epsilon``, else hard-noisy.
+    * ``u_bar_i >= p``: hard; soft label ``y_i`` by :func:`hard_soft_label`
+      (``"projected"`` = released ``b_ii / (1 - u_i)``, ``"belief"`` = paper ``b_ii``,
+      ``"mean_rival"`` / ``"max_rival"`` = against an average / the strongest rival);
+      hard-clean if ``y_i > epsilon``, else hard-noisy.
 
+    Opinions are computed exactly in log space (:func:`fused_log_evidence`, no ceiling).
     Gradients are not tracked (the input is detached).
 
     Args:
         raw: raw scores ``(W, K, K)`` of K pairs (image i with caption i).
-        tau, ceiling, floor: evidence settings (:func:`ugncl.evidential.evidence`).
+        tau, floor, function: evidence settings (:func:`ugncl.evidential.evidence`).
         p: uncertainty threshold on ``u_bar`` (paper: 0.5).
         epsilon: soft-label threshold for hard pairs (paper: 0.5).
+        soft_label: soft-label rule of hard pairs (:func:`hard_soft_label`).
 
     Returns:
-        A :class:`BatchDivision`.
+        A :class:`BatchDivision` (float32 tensors).
     """
     _check_scores(raw)
     with torch.no_grad():
-        b, u = batch_opinions(raw.detach(), tau=tau, ceiling=ceiling, floor=floor)
-        u_bar = normalised_uncertainty(u, raw.shape[0], floor)
-        diag = torch.diagonal(b)
-        # sum_k b_ik = 1 - u_i exactly in exact arithmetic; the sum avoids 1 - u rounding and
-        # gives 0 (not NaN) when a "subtract" opinion holds no evidence at all.
-        projected = diag / b.sum(dim=-1).clamp_min(torch.finfo(b.dtype).tiny)
-        argmax = b.argmax(dim=-1)
-        idx = torch.arange(b.shape[0], device=b.device)
+        log_e = fused_log_evidence(raw.detach(), tau=tau, floor=floor, function=function)
+        _, u, projected = _opinion_from_log_evidence(log_e)
+        u_bar = normalised_uncertainty(u, raw.shape[0], floor, tau=tau, function=function)
+        argmax = log_e.argmax(dim=-1)
+        idx = torch.arange(log_e.shape[0], device=log_e.device)
         determined = u_bar < p
         matched = argmax == idx
-        hard_clean = projected > epsilon
+        y = hard_soft_label(log_e, soft_label)
         sets = torch.where(
             determined,
             torch.where(matched, CLEAN, NOISY),
-            torch.where(hard_clean, HARD_CLEAN, HARD_NOISY),
+            torch.where(y > epsilon, HARD_CLEAN, HARD_NOISY),
         ).long()
-        soft_label = torch.where(determined, matched.to(projected.dtype), projected)
+        label = torch.where(determined, matched.to(y.dtype), y)
+    f32 = torch.float32
     return BatchDivision(
-        u=u, u_bar=u_bar, soft_label=soft_label, projected=projected, sets=sets,
-        belief_argmax=argmax,
+        u=u.to(f32), u_bar=u_bar.to(f32), soft_label=label.to(f32),
+        projected=projected.to(f32), sets=sets, belief_argmax=argmax,
     )  # fmt: skip
 
 
@@ -394,10 +509,11 @@ def divide_dataset(
     num_samples: int,
     *,
     tau: float = 0.1,
-    ceiling: float | None = 50.0,
     floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
     p: float = 0.5,
     epsilon: float = 0.5,
+    soft_label: str = "projected",
 ) -> DivisionResult:
     """Divide a whole training set (METHOD 6), model-free.
 
@@ -405,14 +521,14 @@ def divide_dataset(
         batches: iterable of ``(index (K,), raw (W, K, K))``, e.g. a generator that runs the
             model in eval mode under ``torch.no_grad()`` over a seeded shuffled loader.
         num_samples: size of the training set.
-        tau, ceiling, floor, p, epsilon: see :func:`divide_batch`.
+        tau, floor, function, p, epsilon, soft_label: see :func:`divide_batch`.
 
     Returns:
         The :class:`DivisionResult`.
     """
     acc = DivisionAccumulator(num_samples)
     for index, raw in batches:
-        div = divide_batch(raw, tau=tau, ceiling=ceiling, floor=floor, p=p, epsilon=epsilon)
+        div = divide_batch(raw, tau=tau, floor=floor, function=function, p=p, epsilon=epsilon)
         acc.add(index, div)
     return acc.result()
 

@@ -174,8 +174,13 @@ def encode_split(
     )
 
 
-def view_reducer(eval_score: str, tau: float = 0.1) -> Callable[[Tensor], Tensor]:
+def view_reducer(
+    eval_score: str, tau: float = 0.1, function: str = "softplus"
+) -> Callable[[Tensor], Tensor]:
     """Map raw per-view scores ``(W, a, b)`` to one retrieval score ``(a, b)``.
+
+    ``function`` is the evidence function of the method (``softplus``: paper Eq. 3; ``tanh``:
+    the DECL evidence UGNCL trains with by default); the evidence scores below use it.
 
     * ``"evidence"``: ``mean_w softplus(r_w) / tau``, the mean of the per-view *log* evidence
       (UGNCL_METHOD.md section 10). Each view is ranked exactly as by its evidence
@@ -192,13 +197,16 @@ def view_reducer(eval_score: str, tau: float = 0.1) -> Callable[[Tensor], Tensor
         raise ValueError(f"eval_score={eval_score!r} is not one of {EVAL_SCORES}")
     if eval_score.startswith("evidence") and not tau > 0:
         raise ValueError(f"tau must be > 0 for evidence scores, got {tau!r}")
+    if function not in ("softplus", "tanh"):
+        raise ValueError(f"evidence function {function!r} is not one of ('softplus', 'tanh')")
+    squash = nn.functional.softplus if function == "softplus" else torch.tanh
 
     def reduce(raw: Tensor) -> Tensor:
         raw = raw.float()
         if eval_score == "evidence":
-            return (nn.functional.softplus(raw) / tau).mean(0)
+            return (squash(raw) / tau).mean(0)
         if eval_score == "evidence_mean_exp":
-            log_e = nn.functional.softplus(raw) / tau
+            log_e = squash(raw) / tau
             return torch.logsumexp(log_e, dim=0) - math.log(raw.shape[0])
         if eval_score == "sigmoid":
             return torch.sigmoid(raw).mean(0)

@@ -6,14 +6,19 @@ tensors on the device and dtype of its inputs. Equation numbers refer to the UGN
 
 Numerical contract (the reason for most of the code below):
 
+* Two evidence functions (``function``): ``"softplus"`` is the paper's and released
+  ``exp(softplus(r) / tau)``, ``>= 1`` (the floor) and unbounded; ``"tanh"`` is DECL's
+  ``exp(tanh(r) / tau)``, in ``[exp(-1/tau), exp(1/tau)]`` and 1 at ``r = 0`` (our default,
+  README "UGNCL equations").
 * ``exp(softplus(r) / tau)`` overflows float32 for ``r > ~8.9`` at ``tau = 0.1``. The log
   evidence is therefore clamped at ``ceiling`` (default 50, so ``e <= 5.2e21`` and a strength
   ``S`` over 256 candidates stays below 1.4e24).
 * Dempster-Shafer fusion multiplies strengths (the fused ``S`` is about ``S1 * S2 / K``). It
   is evaluated in its exact evidence form ``e = e1 + e2 + e1 * e2 / K`` (no ``1 - C``
   division, no inf/NaN gradients near total conflict) in float64, and the strength of the
-  returned ``alpha`` can be capped (``max_log_strength``) so that the Dirichlet loss on fused
-  opinions stays finite in float32 together with its gradient.
+  returned ``alpha`` can be capped (``max_log_strength``). The evidential loss fuses in
+  float64 without a cap (a cap removes the loss's dependence on the strength, so a
+  confidently memorised pair gets no gradient).
 * ``lgamma(S) - sum lgamma(alpha)`` cancels catastrophically for large ``alpha``; the KL is
   rewritten so that the large terms cancel analytically (see ``_kl_to_uniform``) and the
   evidential loss is evaluated in float64 (where the device has it) and cast back.
@@ -35,13 +40,31 @@ __all__ = [
     "edl_loss",
     "edl_terms",
     "evidence",
+    "log_ds_combine_many",
     "log_evidence",
+    "log_evidence_exact",
+    "min_log_evidence",
     "opinion",
     "trusted_margin_factor",
 ]
 
 EvidenceFloor = Literal["keep", "subtract"]
 _FLOORS = ("keep", "subtract")
+EvidenceFunction = Literal["tanh", "softplus"]
+_FUNCTIONS = ("tanh", "softplus")
+
+
+def _check_function(function: str, floor: str = "keep") -> None:
+    if function not in _FUNCTIONS:
+        raise ValueError(
+            f"evidence function must be one of {_FUNCTIONS}, got {function!r}; use 'tanh' "
+            "(DECL's exp(tanh(r)/tau), our default) or 'softplus' (paper/released)"
+        )
+    if function == "tanh" and floor != "keep":
+        raise ValueError(
+            "evidence_floor 'subtract' applies to softplus evidence only (tanh evidence has no "
+            "floor: it tends to 0 for r << 0); set evidence_floor: keep or evidence: softplus"
+        )
 
 
 def _check_floor(floor: str) -> None:
@@ -67,8 +90,16 @@ def _wide_dtype(x: Tensor) -> torch.dtype:
 # ----------------------------------------------------------------------------- evidence (Eq. 3)
 
 
-def log_evidence(raw: Tensor, tau: float = 0.1, ceiling: float | None = 50.0) -> Tensor:
-    """Log evidence ``softplus(raw) / tau`` capped at ``ceiling`` (paper Eq. 3 in log space).
+def log_evidence(
+    raw: Tensor,
+    tau: float = 0.1,
+    ceiling: float | None = 50.0,
+    function: EvidenceFunction = "softplus",
+) -> Tensor:
+    """Log evidence ``f(raw) / tau`` capped at ``ceiling`` (paper Eq. 3 in log space).
+
+    ``f`` is ``softplus`` (paper, released) or ``tanh`` (DECL; bounded by ``1 / tau``, so the
+    ceiling never binds for ``tau >= 1 / ceiling``).
 
     The cap is a hard clamp in the forward pass with a straight-through gradient above it:
     the backward pass uses ``d(softplus(raw)/tau)/d raw = sigmoid(raw)/tau`` (at most
@@ -84,13 +115,16 @@ def log_evidence(raw: Tensor, tau: float = 0.1, ceiling: float | None = 50.0) ->
         tau: temperature (paper: 0.1).
         ceiling: maximum log evidence; ``None`` or ``inf`` disables the cap (use that only
             for ranking in log space, never before ``exp``).
+        function: ``"softplus"`` or ``"tanh"``.
 
     Returns:
-        Log evidence, same shape as ``raw``, float32 or wider, in ``[0, ceiling]``.
+        Log evidence, same shape as ``raw``, float32 or wider, at most ``ceiling``.
     """
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}; the paper uses tau = 0.1")
-    x = F.softplus(_at_least_float32(raw)) / tau
+    _check_function(function)
+    raw = _at_least_float32(raw)
+    x = (torch.tanh(raw) if function == "tanh" else F.softplus(raw)) / tau
     if ceiling is None or math.isinf(ceiling):
         return x
     capped = x.clamp(max=ceiling)
@@ -99,9 +133,13 @@ def log_evidence(raw: Tensor, tau: float = 0.1, ceiling: float | None = 50.0) ->
 
 
 def evidence(
-    raw: Tensor, tau: float = 0.1, ceiling: float | None = 50.0, floor: EvidenceFloor = "keep"
+    raw: Tensor,
+    tau: float = 0.1,
+    ceiling: float | None = 50.0,
+    floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
 ) -> Tensor:
-    """Evidence ``exp(softplus(raw) / tau)`` (paper Eq. 3), finite for any finite ``raw``.
+    """Evidence ``exp(f(raw) / tau)`` (paper Eq. 3), finite for any finite ``raw``.
 
     Args:
         raw: raw similarity scores, any shape.
@@ -109,14 +147,50 @@ def evidence(
         ceiling: cap on the log evidence (see :func:`log_evidence`).
         floor: ``"keep"`` returns the released evidence, always ``>= 1`` (the evidence
             floor, METHOD section 5); ``"subtract"`` returns ``e - 1 >= 0`` so that a score
-            at the floor carries no evidence (Subjective Logic).
+            at the floor carries no evidence (Subjective Logic). Softplus only.
+        function: ``"softplus"`` (paper) or ``"tanh"`` (DECL).
 
     Returns:
         Evidence, same shape as ``raw``.
     """
     _check_floor(floor)
-    log_e = log_evidence(raw, tau, ceiling)
+    _check_function(function, floor)
+    log_e = log_evidence(raw, tau, ceiling, function)
     return torch.exp(log_e) if floor == "keep" else torch.expm1(log_e)
+
+
+def min_log_evidence(
+    tau: float = 0.1, floor: EvidenceFloor = "keep", function: EvidenceFunction = "softplus"
+) -> float:
+    """Infimum of the log evidence (``-inf`` when the evidence can reach 0).
+
+    Softplus ``keep``: 0 (the floor ``e >= 1``); softplus ``subtract``: ``-inf``; tanh:
+    ``-1 / tau``. The uncertainty of a batch at this value is the normaliser of ``u_bar``.
+    """
+    _check_floor(floor)
+    _check_function(function, floor)
+    if function == "tanh":
+        return -1.0 / tau
+    return 0.0 if floor == "keep" else -math.inf
+
+
+def log_evidence_exact(
+    raw: Tensor,
+    tau: float = 0.1,
+    floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
+) -> Tensor:
+    """``log evidence(raw)`` with no ceiling, in float64 (float32 on MPS); no gradient use.
+
+    For ranking and the division: a cap would tie every score above it. ``subtract`` gives
+    ``log(expm1(x)) = x + log(-expm1(-x))`` (``-inf`` at ``x = 0``).
+    """
+    _check_floor(floor)
+    _check_function(function, floor)
+    x = log_evidence(raw.to(_wide_dtype(raw)), tau, None, function)
+    if floor == "subtract":
+        x = x + torch.log(-torch.expm1(-x))
+    return x
 
 
 # ------------------------------------------------------------------ opinions and DST (Eqs. 5-7)
@@ -221,6 +295,29 @@ def ds_combine_many(
     scale = (math.exp(cap) / S).clamp(max=1.0)
     alpha = e * scale.unsqueeze(-1) + 1.0
     return alpha.to(out_dtype), b.to(out_dtype), u.to(out_dtype)
+
+
+def log_ds_combine_many(log_e: Tensor) -> Tensor:
+    """Fused log evidence of ``W`` views, exact and uncapped (paper Eq. 7 in log space).
+
+    The evidence form ``e = e1 + e2 + e1 * e2 / K`` becomes
+    ``log e = logsumexp(l1, l2, l1 + l2 - log K)``, folded left to right; ``-inf`` (no
+    evidence) is handled exactly. Used by the division: the argmax and the soft label of a
+    pair then depend on every score, however large (a capped ``e`` ties scores at the cap).
+
+    Args:
+        log_e: log evidence ``(W, N, K)`` (``alpha - 1`` of each view, in log space).
+
+    Returns:
+        ``(N, K)`` fused log evidence, dtype of ``log_e``.
+    """
+    if log_e.dim() != 3:
+        raise ValueError(f"log_e must have shape (W, N, K), got {tuple(log_e.shape)}")
+    log_k = math.log(log_e.shape[-1])
+    out = log_e[0]
+    for lw in log_e[1:]:
+        out = torch.logsumexp(torch.stack([out, lw, out + lw - log_k]), dim=0)
+    return out
 
 
 # ---------------------------------------------------------------- evidential loss (Eqs. 12-15)

@@ -17,6 +17,8 @@ from torch import Tensor
 from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY
 from ugncl.evidential import (
     EvidenceFloor,
+    EvidenceFunction,
+    _wide_dtype,
     ds_combine_many,
     edl_terms,
     evidence,
@@ -215,14 +217,6 @@ def trusted_robust_loss(scores: Tensor, margins: Tensor, sets: Tensor, lam: int)
 # ---------------------------------------------------------------- evidential loss (Eqs. 12-15)
 
 
-def _fused_strength_cap(K: int, ceiling: float | None) -> float | None:
-    # Fused strength grows like S1 * S2 / K; cap it at twice the strength of one view with
-    # every evidence at the ceiling, so the loss and its gradient stay finite in float32.
-    if ceiling is None or math.isinf(ceiling):
-        return None
-    return math.log(2 * K) + ceiling
-
-
 def evidential_loss(
     raw: Tensor,
     labels: Tensor,
@@ -230,6 +224,7 @@ def evidential_loss(
     tau: float = 0.1,
     ceiling: float | None = 50.0,
     floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
     kl_weight: float = 0.1,
     evidential: EvidentialMode = "fused",
 ) -> dict[str, Tensor]:
@@ -241,10 +236,17 @@ def evidential_loss(
     is taken on the fused Dirichlet; ``"per_view"`` (released code): loss per view,
     averaged over views.
 
+    The fused opinion is built and the loss evaluated in float64 (float32 on MPS) with no
+    cap on the fused strength. Decision (issue 8): the former cap ``S <= 2K exp(ceiling)``
+    scaled ``alpha - 1`` to a fixed strength, so the loss stopped depending on the evidence
+    and a confidently scored noisy pair (softplus, raw 4, K 32, W 2) got ``d L / d raw``
+    ~1e-5 instead of ~1 (``per_view``). Per-view log evidence is at most ``ceiling`` (50) or
+    ``1 / tau`` (tanh), so the fused strength (about ``S1 S2 / K``) fits float64.
+
     Args:
         raw: raw scores ``(W, K, K)``.
         labels: soft labels ``(K,)`` (1 clean, 0 noisy, soft for hard; ones in warm-up).
-        tau, ceiling, floor: evidence settings.
+        tau, ceiling, floor, function: evidence settings.
         kl_weight: ``xi1``.
         evidential: ``"fused"`` or ``"per_view"``.
 
@@ -255,16 +257,15 @@ def evidential_loss(
     _check_per_pair(labels, K, "labels")
     if evidential not in ("fused", "per_view"):
         raise ValueError(f"evidential must be 'fused' or 'per_view', got {evidential!r}")
-    e = evidence(raw, tau=tau, ceiling=ceiling, floor=floor)
+    e = evidence(raw, tau=tau, ceiling=ceiling, floor=floor, function=function)
     target = torch.diag_embed(labels.to(device=e.device, dtype=e.dtype))
-    cap = _fused_strength_cap(K, ceiling)
     out: dict[str, Tensor] = {}
     ls_total = kl_total = e.new_zeros(())
     for name, alpha in (("i2t", e + 1.0), ("t2i", e.transpose(1, 2) + 1.0)):
         if evidential == "fused":
-            fused, _, _ = ds_combine_many(alpha, max_log_strength=cap)
+            fused, _, _ = ds_combine_many(alpha.to(_wide_dtype(alpha)))
             ls, kl = edl_terms(fused, target)
-            ls, kl = ls.mean(), kl.mean()
+            ls, kl = ls.mean().to(e.dtype), kl.mean().to(e.dtype)
         else:
             terms = [edl_terms(alpha[w], target) for w in range(W)]
             ls = torch.stack([t[0].mean() for t in terms]).mean()
@@ -294,6 +295,7 @@ def ugncl_objective(
     tau: float = 0.1,
     ceiling: float | None = 50.0,
     floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
     kl_weight: float = 0.1,
     trl_weight: float = 0.8,
     gamma: float = 0.2,
@@ -309,7 +311,7 @@ def ugncl_objective(
         soft_label: labels ``(K,)``: 1 clean, 0 noisy, soft for hard pairs.
         u_bar: normalised uncertainty ``(K,)``.
         lam: hard negatives (:func:`lambda_schedule`).
-        tau, ceiling, floor: evidence settings.
+        tau, ceiling, floor, function: evidence settings.
         kl_weight: ``xi1`` (0.1).
         trl_weight: ``xi2`` (paper 0.8, released 0.2).
         gamma: base margin (0.2).
@@ -326,8 +328,8 @@ def ugncl_objective(
     for t, name in ((sets, "sets"), (soft_label, "soft_label"), (u_bar, "u_bar")):
         _check_per_pair(t, K, name)
     edl = evidential_loss(
-        raw, soft_label, tau=tau, ceiling=ceiling, floor=floor, kl_weight=kl_weight,
-        evidential=evidential,
+        raw, soft_label, tau=tau, ceiling=ceiling, floor=floor, function=function,
+        kl_weight=kl_weight, evidential=evidential,
     )  # fmt: skip
     margins = trusted_margins(
         sets.to(raw.device), soft_label.to(device=raw.device, dtype=raw.dtype),
@@ -357,6 +359,7 @@ def warmup_objective(
     tau: float = 0.1,
     ceiling: float | None = 50.0,
     floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
     kl_weight: float = 0.1,
     trl_weight: float = 0.8,
     gamma: float = 0.2,
@@ -371,7 +374,7 @@ def warmup_objective(
     Args:
         raw: raw scores ``(W, K, K)``.
         lam: hard negatives (:func:`lambda_schedule`).
-        tau, ceiling, floor, kl_weight, trl_weight, gamma, evidential: as in
+        tau, ceiling, floor, function, kl_weight, trl_weight, gamma, evidential: as in
             :func:`ugncl_objective`.
 
     Returns:
@@ -380,8 +383,8 @@ def warmup_objective(
     _, K = _check_views(raw)
     ones = torch.ones(K, dtype=raw.dtype, device=raw.device)
     edl = evidential_loss(
-        raw, ones, tau=tau, ceiling=ceiling, floor=floor, kl_weight=kl_weight,
-        evidential=evidential,
+        raw, ones, tau=tau, ceiling=ceiling, floor=floor, function=function,
+        kl_weight=kl_weight, evidential=evidential,
     )  # fmt: skip
     margins = torch.full((K,), gamma, dtype=raw.dtype, device=raw.device)
     sets = torch.full((K,), HARD_CLEAN, dtype=torch.long, device=raw.device)

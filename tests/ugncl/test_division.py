@@ -192,3 +192,67 @@ def test_division_quality_empty_sets_are_nan_free():
     assert q["clean_share_noisy"] is None and q["clean_share_hard_noisy"] is None
     with pytest.raises(ValueError, match="same length"):
         division_quality(np.zeros(3), np.ones(2, dtype=bool))
+
+
+# ------------------------------------------------- issue 8: no ties, tanh evidence, hard sets
+
+
+@pytest.mark.parametrize("W", [1, 2])
+def test_argmax_has_no_ties_above_the_evidence_ceiling(W):
+    """Pair 1's diagonal raw 7 against its rival (image 1, caption 0) at raw 6: both exceed
+    the softplus log-evidence ceiling 50 (raw ~5). The capped evidence tied them and argmax
+    picked index 0, marking the clean pair noisy; the exact log-space opinion ranks them."""
+    K = 8
+    raw = torch.full((W, K, K), -3.0)
+    raw[:, 1, 1] = 7.0
+    raw[:, 1, 0] = 6.0
+    div = divide_batch(raw, function="softplus")
+    assert div.belief_argmax[1].item() == 1
+    assert div.sets[1].item() == CLEAN
+
+
+def test_opinions_finite_and_exact_for_huge_scores():
+    """Raw 1e4 (log evidence 1e5, e = inf in any float) still gives b + u = 1, finite u."""
+    raw = torch.full((2, 4, 4), -5.0)
+    raw[:, 0, 0] = 1e4
+    raw[:, 2, 3] = 80.0
+    b, u = batch_opinions(raw)
+    assert torch.isfinite(b).all() and torch.isfinite(u).all()
+    torch.testing.assert_close(b.sum(-1) + u, torch.ones(4))
+    assert b[0].argmax().item() == 0 and b[2].argmax().item() == 3 and b[3].argmax().item() == 2
+
+
+def test_tanh_evidence_division_and_floor():
+    """tanh evidence has no floor: u_floor ~ 1 (every score at r -> -inf gives e = e^-10),
+    so u_bar ~ u; 'subtract' is meaningless for it and rejected."""
+    u_floor = floor_uncertainty(32, 2, function="tanh").item()
+    assert u_floor == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(ValueError, match="softplus evidence only"):
+        divide_batch(torch.zeros(1, 4, 4), function="tanh", floor="subtract")
+    div = divide_batch(torch.full((2, 6, 6), -50.0), function="tanh")
+    assert div.u_bar.min().item() > 0.999
+    assert (div.sets == HARD_NOISY).all()
+
+
+def test_hard_sets_fill_when_every_pair_is_uncertain():
+    """The regime measured after warm-up at xi1 = 0.1 (README "UGNCL equations"): every raw
+    score in tanh's lower tail, so u ~ 1 and all 32 pairs are hard. Pairs 0-15 have a
+    diagonal clearly above their rivals (-0.5 vs -1), pairs 16-31 one below (-1.2). The
+    released label (the diagonal's share of all evidence, 0.39 here) and the paper's b_ii
+    mark every pair hard-noisy; the mean-rival label splits them."""
+    K = 32
+    raw = torch.full((2, K, K), -1.0)
+    d = torch.arange(K)
+    raw[:, d, d] = torch.where(d < 16, -0.5, -1.2)
+    method_default = divide_batch(raw, function="tanh", soft_label="mean_rival")
+    assert (method_default.u_bar > 0.99).all()
+    assert (method_default.sets[:16] == HARD_CLEAN).all()
+    assert (method_default.sets[16:] == HARD_NOISY).all()
+    assert method_default.soft_label[:16].min() > 0.9
+    for rule in ("projected", "belief"):
+        assert (divide_batch(raw, function="tanh", soft_label=rule).sets == HARD_NOISY).all()
+    # max_rival: y > 0.5 exactly when the diagonal wins the argmax.
+    strongest = divide_batch(raw, function="tanh", soft_label="max_rival")
+    assert ((strongest.sets == HARD_CLEAN) == (strongest.belief_argmax == d)).all()
+    with pytest.raises(ValueError, match="soft_label"):
+        divide_batch(raw, soft_label="median")

@@ -226,3 +226,14 @@ def test_evaluate_scores_bad_input():
 )
 def test_default_protocol(name, split, expected):
     assert default_protocol(name, split) == expected
+
+
+def test_evidence_score_follows_the_evidence_function() -> None:
+    """UGNCL trains with exp(tanh(r)/tau) by default; ranking by softplus would rank by another
+    evidence than the one the model was trained to produce."""
+    raw = torch.tensor([[[-3.0, 0.5, 4.0]], [[1.0, -0.5, 2.0]]])
+    tanh_score = view_reducer("evidence", tau=0.1, function="tanh")(raw)
+    assert torch.allclose(tanh_score, (torch.tanh(raw) / 0.1).mean(0))
+    assert not torch.allclose(tanh_score, view_reducer("evidence", tau=0.1)(raw))
+    with pytest.raises(ValueError, match="evidence function"):
+        view_reducer("evidence", function="relu")

@@ -14,7 +14,9 @@ from ugncl.evidential import (
     edl_loss,
     edl_terms,
     evidence,
+    log_ds_combine_many,
     log_evidence,
+    min_log_evidence,
     opinion,
     trusted_margin_factor,
 )
@@ -279,3 +281,38 @@ def test_trusted_margin_factor_properties():
     quarter = torch.tensor([0.25], dtype=D64)
     assert trusted_margin_factor(quarter, 10.0, True).item() == pytest.approx(59049 / 59050)
     assert trusted_margin_factor(quarter, 10.0, False).item() == pytest.approx(1 / 59050)
+
+
+# ------------------------------------------------------------- tanh evidence, log-space DST
+
+
+def test_tanh_evidence_hand_values_and_bounds():
+    """DECL's exp(tanh(r)/tau): 1 at r = 0, e^{+-10} at r -> +-inf (tau 0.1), finite gradient;
+    its infimum is the u_bar normaliser's minimum; 'subtract' is rejected for it."""
+    raw = torch.tensor([0.0, 0.5, -1e4, 1e4], requires_grad=True)
+    e = evidence(raw, function="tanh")
+    expected = [1.0, math.exp(math.tanh(0.5) / 0.1), math.exp(-10.0), math.exp(10.0)]
+    assert e.tolist() == pytest.approx(expected, rel=1e-5)
+    e.sum().backward()
+    assert torch.isfinite(raw.grad).all()
+    assert min_log_evidence(0.1, "keep", "tanh") == -10.0
+    assert min_log_evidence(0.1, "keep", "softplus") == 0.0
+    assert min_log_evidence(0.1, "subtract", "softplus") == -math.inf
+    with pytest.raises(ValueError, match="softplus evidence only"):
+        evidence(raw, function="tanh", floor="subtract")
+    with pytest.raises(ValueError, match="evidence function"):
+        evidence(raw, function="relu")
+
+
+def test_log_ds_combine_many_equals_evidence_form():
+    """log-space fusion == log of ds_combine_many's evidence for W = 1, 2, 3, and stays exact
+    where exp overflows float64 (log evidence 800)."""
+    torch.manual_seed(0)
+    for W in (1, 2, 3):
+        log_e = torch.randn(W, 4, 5, dtype=D64) * 3
+        alpha, _, _ = ds_combine_many(log_e.exp() + 1.0)
+        torch.testing.assert_close(log_ds_combine_many(log_e), torch.log(alpha - 1.0))
+    big = torch.tensor([[[800.0, 0.0]], [[800.0, -math.inf]]], dtype=D64)
+    fused = log_ds_combine_many(big)
+    assert fused[0, 0].item() == pytest.approx(1600.0 - math.log(2.0))
+    assert fused[0, 1].item() == pytest.approx(0.0)

@@ -238,3 +238,30 @@ def test_objective_shape_errors():
             u_bar=torch.ones(3), lam=1,
         )  # fmt: skip
     assert trusted_margin_factor(torch.tensor([0.3]), 0.0, True).item() == 0.5
+
+
+# --------------------------------------------------- issue 8: fused loss keeps its gradient
+
+
+@pytest.mark.parametrize(
+    ("function", "diag"), [("softplus", 4.0), ("softplus", 6.0), ("tanh", 1.0), ("tanh", 2.0)]
+)
+def test_fused_loss_pushes_down_a_confident_noisy_pair(function, diag):
+    """K = 32, W = 2, every score 0 but the noisy pair 0's diagonal (target 0). The fused
+    loss must push that score down about as hard as the released per-view loss (1.9 summed
+    over views for softplus). The former strength cap made ``alpha - 1 = exp(cap) * b`` and
+    the gradient 9e-6 (raw 4) and 3e-14 (raw 6) with softplus evidence. (tanh evidence
+    saturates by itself for raw >~ 3, hence its smaller test scores.)"""
+    K, W = 32, 2
+    raw = torch.zeros(W, K, K)
+    raw[:, 0, 0] = diag
+    raw.requires_grad_(True)
+    labels = torch.ones(K)
+    labels[0] = 0.0
+    grads = {}
+    for mode in ("fused", "per_view"):
+        loss = evidential_loss(raw, labels, function=function, evidential=mode)["loss"]
+        (g,) = torch.autograd.grad(loss, raw)
+        grads[mode] = g[:, 0, 0].sum().item()
+    assert grads["per_view"] > 0.05
+    assert grads["fused"] > 0.1 * grads["per_view"]

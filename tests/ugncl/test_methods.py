@@ -65,3 +65,33 @@ def test_ugncl_warmup_step_needs_no_division_but_main_step_does() -> None:
 def test_kl_weight_annealing(anneal: int, epoch: int, expected: float) -> None:
     method = UGNCLMethod(kl_weight=0.1, kl_anneal_epochs=anneal)
     assert method.kl_weight_at(epoch) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["ugncl_synthetic", "ugncl_flickr", "ugncl_coco", "ugncl_cc152k"])
+def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> None:
+    """Issue 8: the paper's xi1 = 0.1 and tau = 0.1 in every UGNCL config (the synthetic one
+    used xi1 = 0 to dodge the softplus collapse); the evidence function defaults to tanh."""
+    from ugncl.config import load_config
+
+    config, _ = load_config(name)
+    options = config.method.ugncl
+    assert (options.kl_weight, options.tau, options.evidence) == (0.1, 0.1, "tanh")
+    assert options.soft_label == "mean_rival"
+    assert UGNCLMethod().evidence == "tanh"
+
+
+def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> None:
+    """After warm-up at xi1 = 0.1 every pair has u_bar ~ 0.995 (README "UGNCL equations").
+    The paper's Delta = 10 gives f_C = sigmoid(-10 logit(0.995)) ~ 1e-23: no margin for any
+    hard-clean pair. The default Delta = 0 keeps half the soft margin."""
+    from ugncl.methods.ugncl import UGNCLConfig
+    from ugncl.losses import soft_margin, trusted_margins
+
+    sets = torch.tensor([2, 3])  # HARD_CLEAN, HARD_NOISY
+    y = torch.tensor([0.8, 0.3])
+    u_bar = torch.full((2,), 0.995)
+    delta = UGNCLConfig().trust_delta
+    assert delta == UGNCLMethod().trust_delta
+    margins = trusted_margins(sets, y, u_bar, delta=delta)
+    torch.testing.assert_close(margins, 0.5 * soft_margin(y))
+    assert trusted_margins(sets, y, u_bar, delta=10.0)[0].item() < 1e-12

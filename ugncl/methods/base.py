@@ -40,11 +40,14 @@ class Method(nn.Module):
     epoch_record: ClassVar[str] = "epoch_start"
     nonfinite_hint: ClassVar[str] = "Lower train.lr or check the input features for NaN."
 
-    def __init__(self, *, eval_score: str = "raw", score_tau: float = 0.1) -> None:
+    def __init__(
+        self, *, eval_score: str = "raw", score_tau: float = 0.1, score_function: str = "softplus"
+    ) -> None:
         super().__init__()
         self.eval_score = eval_score
         self.score_tau = score_tau
-        view_reducer(eval_score, score_tau)  # fail at construction on a bad name
+        self.score_function = score_function
+        view_reducer(eval_score, score_tau, score_function)  # fail at construction on a bad name
 
     def prepare(self, model: nn.Module, num_samples: int) -> None:
         """Create submodules and buffers in their final shapes (a frozen copy of ``model``,
@@ -76,7 +79,7 @@ class Method(nn.Module):
     def retrieval_score(self, raw: Tensor) -> Tensor:
         """Raw (W, n_img, n_cap) -> the (n_img, n_cap) score evaluation ranks by
         (``eval.eval_score``, see :func:`ugncl.evaluation.view_reducer`)."""
-        return view_reducer(self.eval_score, self.score_tau)(raw)
+        return view_reducer(self.eval_score, self.score_tau, self.score_function)(raw)
 
     def stats(self) -> dict[str, Any]:
         """Scalars added to every ``train`` record."""

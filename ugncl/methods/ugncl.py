@@ -30,20 +30,30 @@ class UGNCLConfig:
     """UGNCL hyper-parameters (``method.ugncl``); names follow UGNCL_METHOD.md."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "evidence": ("tanh", "softplus"),
         "evidence_floor": ("keep", "subtract"),
         "evidential_loss": ("fused", "per_view"),
+        "soft_label": ("mean_rival", "max_rival", "projected", "belief"),
     }
 
     tau: float = 0.1
+    # Evidence function of Eq. 3: tanh = exp(tanh(r)/tau) (DECL; default, README "UGNCL
+    # equations" has the measurement), softplus = exp(softplus(r)/tau) (paper, released).
+    evidence: str = "tanh"
     evidence_ceiling: float = 50.0
     evidence_floor: str = "keep"
     p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
     epsilon: float = 0.5  # hard-clean / hard-noisy threshold on the soft label
+    # Soft label of hard pairs: mean_rival (decision, README "UGNCL equations") | max_rival
+    # | projected (released b_ii / (1 - u)) | belief (paper b_ii).
+    soft_label: str = "mean_rival"
     kl_weight: float = 0.1  # xi1
     trl_weight: float = 0.8  # xi2 (paper; the released default is 0.2)
     margin: float = 0.2  # gamma
     margin_base: float = 10.0  # m of the soft margin
-    trust_delta: float = 10.0  # Delta of Eq. 17
+    # Delta of Eq. 17; paper 10. 0 (f_C = f_N = 1/2) is our default: with u ~ 1 for every pair
+    # at xi1 = 0.1, Delta = 10 zeroes every hard-clean margin (README "UGNCL equations").
+    trust_delta: float = 0.0
     lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
     lambda_min: int = 5  # theta
     evidential_loss: str = "fused"
@@ -67,15 +77,17 @@ class UGNCLMethod(Method):
         self,
         *,
         tau: float = 0.1,
+        evidence: str = "tanh",
         evidence_ceiling: float = 50.0,
         evidence_floor: str = "keep",
         p: float = 0.5,
         epsilon: float = 0.5,
+        soft_label: str = "mean_rival",
         kl_weight: float = 0.1,
         trl_weight: float = 0.8,
         margin: float = 0.2,
         margin_base: float = 10.0,
-        trust_delta: float = 10.0,
+        trust_delta: float = 0.0,
         lambda_delta: float = 0.025,
         lambda_min: int = 5,
         evidential_loss: str = "fused",
@@ -83,12 +95,14 @@ class UGNCLMethod(Method):
         kl_anneal_epochs: int = 0,
         eval_score: str = "evidence",
     ) -> None:
-        super().__init__(eval_score=eval_score, score_tau=tau)
+        super().__init__(eval_score=eval_score, score_tau=tau, score_function=evidence)
         self.tau = tau
+        self.evidence = evidence
         self.ceiling = evidence_ceiling
         self.floor = evidence_floor
         self.p = p
         self.epsilon = epsilon
+        self.soft_label = soft_label
         self.kl_weight = kl_weight
         self.trl_weight = trl_weight
         self.margin = margin
@@ -117,10 +131,11 @@ class UGNCLMethod(Method):
                 division = divide_batch(
                     raw.float(),
                     tau=self.tau,
-                    ceiling=self.ceiling,
                     floor=self.floor,
+                    function=self.evidence,
                     p=self.p,
                     epsilon=self.epsilon,
+                    soft_label=self.soft_label,
                 )
                 accumulator.add(batch.index.cpu(), division)
         self.division = accumulator.result()
@@ -141,6 +156,7 @@ class UGNCLMethod(Method):
             tau=self.tau,
             ceiling=self.ceiling,
             floor=self.floor,
+            function=self.evidence,
             kl_weight=self.kl_weight_at(ctx.epoch),
             trl_weight=self.trl_weight,
             gamma=self.margin,
