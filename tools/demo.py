@@ -27,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
+from precomputed.captions import read_captions_txt
+from precomputed.noise import clean_image_index
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.oracle import oracle_scores
 from precomputed.synthetic.world import read_scenes
-from precomputed.captions import read_captions_txt
-from precomputed.noise import clean_image_index
 from ugncl.config import ConfigError, load_config
 from ugncl.engine.recorder import RunDirExistsError, read_metrics
 from ugncl.experiment import MissingDataError
@@ -139,7 +139,8 @@ def oracle_row(root: Path) -> dict:
     scenes = read_scenes(folder / "test_scenes.jsonl")
     captions = read_captions_txt(folder / "test_caps.txt")
     metrics = retrieval_metrics(
-        oracle_scores(scenes, captions), clean_image_index(len(scenes), len(captions) // len(scenes))
+        oracle_scores(scenes, captions),
+        clean_image_index(len(scenes), len(captions) // len(scenes)),
     )
     return _row("oracle ceiling", metrics, None, time.perf_counter() - started, None)
 

@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out", default="data/synthetic", help="data root to write into")
-    p.add_argument("--num-train", type=int, default=2000, help="train images")
+    p.add_argument("--num-train", type=int, default=1000, help="train images")
     p.add_argument("--num-dev", type=int, default=250, help="dev images")
     p.add_argument("--num-test", type=int, default=250, help="test images")
     p.add_argument("--seed", type=int, default=0, help="world seed (scenes, captions, features)")
@@ -35,20 +35,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--region-noise",
         type=float,
-        default=1.0,
+        default=0.5,
         help="std of Gaussian noise per region feature (attribute directions have unit variance)",
     )
     p.add_argument(
         "--attribute-sharing",
         type=float,
-        default=0.5,
+        default=0.8,
         help="0..1: how strongly a few categories/colours/scene types dominate; higher makes "
         "images share attributes, so partial captions become ambiguous",
     )
     p.add_argument(
         "--partialness",
         type=float,
-        default=0.5,
+        default=0.7,
         help="0..1: how many objects and attributes each caption leaves out",
     )
     p.add_argument(

@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--data-root", default="data/synthetic", help="world root (holds synthetic_precomp/)")
+    p.add_argument(
+        "--data-root", default="data/synthetic", help="world root (holds synthetic_precomp/)"
+    )
     p.add_argument("--split", default="test", help="split name: train, dev or test")
     p.add_argument("--max-images", type=int, default=None, help="use the first N images only")
     p.add_argument("--seed", type=int, default=0, help="seed of the tie-breaking jitter")
