@@ -106,7 +106,8 @@ def world_settings(pairs: list[str]) -> dict:
             else:
                 out[key] = type(default)(value)
         except ValueError:
-            raise ValueError(f"--world {pair!r}: {value!r} is not a {type(default).__name__}")
+            kind = type(default).__name__
+            raise ValueError(f"--world {pair!r}: {value!r} is not of type {kind}") from None
     return out
 
 

@@ -3,11 +3,18 @@
 The oracle sees the scene behind every image (``{split}_scenes.jsonl``) instead of its region
 features. It parses each caption back into what the templates of :mod:`.captions` put in it
 (noun phrases with their optional size, colour and position, and the scene word) and scores a
-(scene, caption) pair by how many of those the scene satisfies:
+(scene, caption) pair by how many of those claims the scene satisfies, minus how many it
+contradicts:
 
-* a noun phrase counts once if the scene has an object of its category whose colour, size and
+* a noun phrase is satisfied if the scene has an object of its category whose colour, size and
   position match every attribute the phrase mentions;
-* the scene word counts once if it names the scene type.
+* the scene word is satisfied if it names the scene type.
+
+For text-to-image ranking (one caption, all scenes) this is the plain count of satisfied
+claims, since a caption's number of claims is fixed. For image-to-text ranking subtracting the
+contradicted claims keeps a long caption of another scene that shares some claims from
+outranking a shorter caption that is entirely true (with the plain count the oracle's i2t R@1
+on the default test split is 46.4, below a trained model's; with the difference 54.8).
 
 Relations between objects are not checked (they follow from the positions). Scores are small
 integers, so many pairs tie; ties are broken by a fixed pseudo-random jitter in [0, 0.5) per
@@ -127,7 +134,7 @@ def _satisfied(claims: CaptionClaims, scene: Scene) -> int:
 
 
 def oracle_scores(scenes: list[Scene], captions: list[str], *, seed: int = 0) -> np.ndarray:
-    """The oracle's ``(n_img, n_cap)`` score matrix: satisfied claims + tie-breaking jitter.
+    """The oracle's ``(n_img, n_cap)`` score matrix: satisfied - contradicted claims + jitter.
 
     Args:
         scenes: the split's scenes in image order.
@@ -135,10 +142,11 @@ def oracle_scores(scenes: list[Scene], captions: list[str], *, seed: int = 0) ->
         seed: seed of the tie-breaking jitter (fixed per (image, caption) pair).
 
     Returns:
-        float64 ``(n_img, n_cap)``: integer count of satisfied claims plus a jitter in
-        [0, 0.5), so a pair satisfying more claims always ranks higher.
+        float64 ``(n_img, n_cap)``: the integer ``satisfied - contradicted`` plus a jitter in
+        [0, 0.5), so a pair with a higher integer score always ranks higher.
     """
     claims = [parse_caption(c) for c in captions]
-    counts = np.array([[_satisfied(c, s) for c in claims] for s in scenes], dtype=np.float64)
-    jitter = np.random.default_rng([seed, 104729]).random(counts.shape) * 0.5
-    return counts + jitter
+    total = np.array([len(c.phrases) + (c.scene_type is not None) for c in claims], np.float64)
+    satisfied = np.array([[_satisfied(c, s) for c in claims] for s in scenes], dtype=np.float64)
+    jitter = np.random.default_rng([seed, 104729]).random(satisfied.shape) * 0.5
+    return 2.0 * satisfied - total[None, :] + jitter

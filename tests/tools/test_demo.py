@@ -54,7 +54,7 @@ def test_demo_generates_the_world_and_prints_every_row(demo, tmp_path, tiny_mode
     "argv, message",
     [
         (["--world", "colour=3"], "KNOB=VALUE"),
-        (["--world", "seed=x"], "is not a int"),
+        (["--world", "seed=x"], "is not of type int"),
         (["--noise-ratio", "1.0"], "--noise-ratio"),
         (["--set", "train.nope=1"], "nope"),
     ],
