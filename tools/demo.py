@@ -116,11 +116,12 @@ def ensure_world(root: Path, settings: dict) -> None:
     world_json = root / DATASET_NAME / "world.json"
     if world_json.is_file():
         existing = json.loads(world_json.read_text())
-        differ = {
-            k: (existing.get(k), v)
-            for k, v in settings.items()
-            if k in existing and existing[k] != (list(v) if isinstance(v, tuple) else v)
+        # Every scalar knob, defaults included: a world left over from older defaults is
+        # refused, not silently trained on.
+        wanted = {
+            k: v for k, v in {**_WORLD_PARAMS, **settings}.items() if not isinstance(v, tuple)
         }
+        differ = {k: (existing.get(k), v) for k, v in wanted.items() if existing.get(k) != v}
         if differ:
             raise ValueError(
                 f"{root} holds a world with other settings {differ} (existing, requested); "
