@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from precomputed.synthetic import DATASET_NAME, make_synthetic
@@ -26,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out", default="data/synthetic", help="data root to write into")
-    p.add_argument("--num-train", type=int, default=2000, help="train images")
+    p.add_argument("--num-train", type=int, default=1000, help="train images")
     p.add_argument("--num-dev", type=int, default=250, help="dev images")
     p.add_argument("--num-test", type=int, default=250, help="test images")
     p.add_argument("--seed", type=int, default=0, help="world seed (scenes, captions, features)")
@@ -35,21 +36,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--region-noise",
         type=float,
-        default=1.0,
+        default=0.5,
         help="std of Gaussian noise per region feature (attribute directions have unit variance)",
     )
     p.add_argument(
         "--attribute-sharing",
         type=float,
-        default=0.5,
+        default=0.8,
         help="0..1: how strongly a few categories/colours/scene types dominate; higher makes "
         "images share attributes, so partial captions become ambiguous",
     )
     p.add_argument(
         "--partialness",
         type=float,
-        default=0.5,
+        default=0.7,
         help="0..1: how many objects and attributes each caption leaves out",
+    )
+    p.add_argument(
+        "--background",
+        type=float,
+        default=1 / 6,
+        help="0..1 (exclusive): least share of regions per image that show background/clutter "
+        "(scene type + a clutter direction) instead of objects; higher leaves fewer regions "
+        "per object",
+    )
+    p.add_argument(
+        "--nuisance",
+        type=float,
+        default=0.5,
+        help="std of a per-image random vector added to every region of the image (a content-"
+        "free appearance shift)",
+    )
+    p.add_argument(
+        "--sparsity",
+        type=float,
+        default=0.0,
+        help=">= 0: threshold subtracted before the ReLU; higher makes features sparser "
+        "(0: about half the entries are zero)",
+    )
+    p.add_argument(
+        "--feature-scale",
+        type=float,
+        default=0.5,
+        help="> 0: multiplier of every feature (magnitude only, same information)",
     )
     p.add_argument(
         "--noise-ratios",
@@ -59,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="NCR caption-noise ratios in [0, 1) to write for the train split",
     )
     p.add_argument("--noise-seed", type=int, default=0, help="seed of the noise files")
+    p.add_argument(
+        "--noise-subsets",
+        type=int,
+        nargs="*",
+        default=[1000],
+        help="also write noise files noise_{ratio}_seed{noise-seed}_train{N}.npy for the first N "
+        "train images (use with data.train_images: N; the whole-split file does not fit a "
+        "subset)",
+    )
     return p
 
 
@@ -66,20 +104,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()
-    root = make_synthetic(
-        args.out,
-        num_train=args.num_train,
-        num_dev=args.num_dev,
-        num_test=args.num_test,
-        seed=args.seed,
-        regions=args.regions,
-        feature_dim=args.feature_dim,
-        region_noise=args.region_noise,
-        attribute_sharing=args.attribute_sharing,
-        partialness=args.partialness,
-        noise_ratios=tuple(args.noise_ratios),
-        noise_seed=args.noise_seed,
-    )
+    try:
+        root = make_synthetic(
+            args.out,
+            num_train=args.num_train,
+            num_dev=args.num_dev,
+            num_test=args.num_test,
+            seed=args.seed,
+            regions=args.regions,
+            feature_dim=args.feature_dim,
+            region_noise=args.region_noise,
+            attribute_sharing=args.attribute_sharing,
+            partialness=args.partialness,
+            background=args.background,
+            nuisance=args.nuisance,
+            sparsity=args.sparsity,
+            feature_scale=args.feature_scale,
+            noise_ratios=tuple(args.noise_ratios),
+            noise_seed=args.noise_seed,
+            noise_subsets=tuple(args.noise_subsets),
+        )
+    except ValueError as err:
+        print(f"error: {err} (see --help)", file=sys.stderr)
+        return 2
     world = json.loads((root / DATASET_NAME / "world.json").read_text())
     print(f"wrote {root / DATASET_NAME} in {time.perf_counter() - start:.1f} s")
     print(

@@ -67,14 +67,29 @@ class RegionRecipes:
 
 
 def plan_regions(
-    rng: np.random.Generator, scenes: list[Scene], bank: DirectionBank, regions: int
+    rng: np.random.Generator,
+    scenes: list[Scene],
+    bank: DirectionBank,
+    regions: int,
+    background: float = 1 / 6,
 ) -> RegionRecipes:
-    """Assign regions to objects/background and draw mixing weights; fills ``region_object``."""
+    """Assign regions to objects/background and draw mixing weights; fills ``region_object``.
+
+    Args:
+        rng: the split's region generator.
+        scenes: the split's scenes.
+        bank: the world's directions.
+        regions: regions per image.
+        background: least share of regions showing background/clutter instead of objects
+            (at least one region; objects get fewer regions when it is high).
+    """
     n = len(scenes)
     rows = np.full((n, regions, COMPONENTS), bank.none, dtype=np.int64)
     weights = np.zeros((n, regions, COMPONENTS), dtype=np.float32)
     off = bank.offsets
-    budget = max(1, regions - max(1, regions // 6))  # keep >= 1/6 background regions
+    # Default 1/6 keeps the historical int(regions // 6) background regions (36 -> 6).
+    reserved = max(1, int(regions * background + 1e-9))
+    budget = max(1, regions - reserved)
     for i, scene in enumerate(scenes):
         wanted = [(5 if o.size == "large" else 3) + int(rng.integers(0, 3)) for o in scene.objects]
         owner: list[int] = []
@@ -117,8 +132,14 @@ def render_features(
     stop: int,
     rng: np.random.Generator,
     region_noise: float,
+    *,
+    nuisance: float = 0.5,
+    sparsity: float = 0.0,
+    scale: float = 0.5,
 ) -> np.ndarray:
     """Features of images ``start:stop``, (B, R, D) float32, non-negative.
+
+    ``scale * relu(sum_c w_c dir_c + region_noise * e_region + nuisance * e_image - sparsity)``
 
     Args:
         recipes: region recipes of the split.
@@ -126,6 +147,10 @@ def render_features(
         start, stop: image range.
         rng: generator of this chunk (seeded per chunk, so output does not depend on threads).
         region_noise: std of the per-region Gaussian noise (directions have unit variance).
+        nuisance: std of the per-image nuisance vector shared by all regions of an image.
+        sparsity: threshold subtracted before the ReLU; higher zeroes more entries (BUTD
+            features are sparse: about half zeros at 0, about 80% at 1).
+        scale: overall multiplier of the features (their magnitude, not their information).
     """
     rows = recipes.rows[start:stop]
     weights = recipes.weights[start:stop]
@@ -133,9 +158,11 @@ def render_features(
     dim = bank.table.shape[1]
     x = rng.standard_normal((b, r, dim), dtype=np.float32)
     x *= np.float32(region_noise)
-    x += 0.5 * rng.standard_normal((b, 1, dim), dtype=np.float32)  # per-image nuisance
+    x += np.float32(nuisance) * rng.standard_normal((b, 1, dim), dtype=np.float32)
     for c in range(COMPONENTS):
         x += weights[:, :, c, None] * bank.table[rows[:, :, c]]
+    if sparsity:
+        x -= np.float32(sparsity)
     np.maximum(x, 0.0, out=x)
-    x *= np.float32(0.5)
+    x *= np.float32(scale)
     return x

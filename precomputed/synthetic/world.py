@@ -7,7 +7,9 @@ emit is in the Flickr30K SCAN vocabulary (tested).
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +23,7 @@ __all__ = [
     "Scene",
     "SceneObject",
     "popularity",
+    "read_scenes",
     "relation_between",
     "sample_scenes",
 ]
@@ -81,6 +84,23 @@ class Scene:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Scene:
+        """Inverse of :meth:`to_dict` (one line of ``{split}_scenes.jsonl``)."""
+        return cls(
+            int(d["image_id"]),
+            d["scene_type"],
+            [SceneObject(**o) for o in d["objects"]],
+            [Relation(**r) for r in d["relations"]],
+            list(d.get("region_object", [])),
+        )
+
+
+def read_scenes(path: str | Path) -> list[Scene]:
+    """The scenes of ``{split}_scenes.jsonl``, in image order."""
+    with open(path, encoding="utf-8") as f:
+        return [Scene.from_dict(json.loads(line)) for line in f if line.strip()]
 
 
 def popularity(n: int, sharing: float) -> np.ndarray:

@@ -6,6 +6,7 @@ Output of :func:`make_synthetic` (``out_dir`` defaults to ``data/synthetic``)::
     <out>/synthetic_precomp/{train,dev,test}_caps.txt    5 captions per image, in image order
     <out>/synthetic_precomp/{train,dev,test}_scenes.jsonl one Scene per line (for rendering)
     <out>/synthetic_precomp/noise_{ratio}_seed{noise_seed}.npy   NCR noise of the train split
+    <out>/synthetic_precomp/noise_{ratio}_seed{noise_seed}_train{n}.npy  ... of its first n images
     <out>/synthetic_precomp/world.json                    the generator settings
     <out>/synthetic_precomp_vocab.json                    SCAN vocabulary (all splits' words)
 """
@@ -31,9 +32,16 @@ _SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
 _CHUNK_IMAGES = 64
 
 
-def noise_file_name(ratio: float, seed: int) -> str:
-    """``noise_{ratio}_seed{seed}.npy`` (e.g. ``noise_0.2_seed0.npy``)."""
-    return f"noise_{float(ratio):g}_seed{seed}.npy"
+def noise_file_name(ratio: float, seed: int, num_images: int | None = None) -> str:
+    """``noise_{ratio}_seed{seed}.npy`` (e.g. ``noise_0.2_seed0.npy``) for the whole train split;
+    ``noise_{ratio}_seed{seed}_train{num_images}.npy`` for its first ``num_images`` images.
+
+    A noise file is an index over the captions of the images it was built for, so a run with
+    ``data.train_images: n`` needs the ``_train{n}`` file: the first ``5 n`` entries of the
+    whole-split file are *not* NCR noise of the subset (they point at images beyond it).
+    """
+    suffix = "" if num_images is None else f"_train{num_images}"
+    return f"noise_{float(ratio):g}_seed{seed}{suffix}.npy"
 
 
 def _check_knob(name: str, value: float) -> float:
@@ -44,11 +52,13 @@ def _check_knob(name: str, value: float) -> float:
 
 def _write_split(
     folder: Path, split: str, num: int, bank: DirectionBank, *, seed: int, regions: int,
-    region_noise: float, sharing: float, partialness: float,
+    sharing: float, partialness: float, background: float, render: dict,
 ) -> list[str]:  # fmt: skip
     code = _SPLIT_CODES[split]
     scenes = sample_scenes(np.random.default_rng([seed, code, 1]), num, sharing=sharing)
-    recipes = plan_regions(np.random.default_rng([seed, code, 2]), scenes, bank, regions)
+    recipes = plan_regions(
+        np.random.default_rng([seed, code, 2]), scenes, bank, regions, background
+    )
     cap_rng = np.random.default_rng([seed, code, 3])
     captions = [
         c for s in scenes for c in caption_scene(cap_rng, s, CAPTIONS_PER_IMAGE, partialness)
@@ -64,7 +74,7 @@ def _write_split(
         for chunk, start in enumerate(range(0, num, _CHUNK_IMAGES)):
             stop = min(num, start + _CHUNK_IMAGES)
             rng = np.random.default_rng([seed, code, 4, chunk])
-            block = render_features(recipes, bank, start, stop, rng, region_noise)
+            block = render_features(recipes, bank, start, stop, rng, **render)
             f.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
     (folder / f"{split}_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
     with open(folder / f"{split}_scenes.jsonl", "w", encoding="utf-8") as f:
@@ -76,17 +86,22 @@ def _write_split(
 def make_synthetic(
     out_dir: str | Path = "data/synthetic",
     *,
-    num_train: int = 2000,
+    num_train: int = 1000,
     num_dev: int = 250,
     num_test: int = 250,
     seed: int = 0,
     regions: int = 36,
     feature_dim: int = 2048,
-    region_noise: float = 1.0,
-    attribute_sharing: float = 0.5,
-    partialness: float = 0.5,
+    region_noise: float = 0.5,
+    attribute_sharing: float = 0.8,
+    partialness: float = 0.7,
+    background: float = 1 / 6,
+    nuisance: float = 0.5,
+    sparsity: float = 0.0,
+    feature_scale: float = 0.5,
     noise_ratios: tuple[float, ...] = (0.2, 0.5),
     noise_seed: int = 0,
+    noise_subsets: tuple[int, ...] = (1000,),
 ) -> Path:
     """Generate the synthetic world; deterministic given the arguments.
 
@@ -100,8 +115,17 @@ def make_synthetic(
         attribute_sharing: in [0, 1]; how strongly a few categories/colours/scenes dominate
             (more sharing -> more images fit a partial caption).
         partialness: in [0, 1]; how many objects/attributes a caption leaves out.
+        background: in [0, 1); least share of regions showing background/clutter (scene type
+            plus one of 16 clutter directions) instead of objects.
+        nuisance: std of a per-image random vector added to every region (image-level
+            appearance shift that carries no content).
+        sparsity: threshold subtracted before the ReLU (>= 0); higher makes features sparser.
+        feature_scale: multiplier of all features (> 0); changes magnitudes, not content.
         noise_ratios: NCR noise files to write for the train split (each in [0, 1)).
         noise_seed: seed of the noise files.
+        noise_subsets: also write noise files for the first ``n`` train images for each ``n``
+            here below ``num_train`` (the ``data.train_images`` of the synthetic configs);
+            each equals the noise a run with that ``train_images`` builds from ``noise_seed``.
 
     Returns:
         The data root ``out_dir`` (use it as ``data.root`` with name ``synthetic_precomp``).
@@ -112,32 +136,45 @@ def make_synthetic(
             raise ValueError(f"num_{split} must be >= 1, got {n}")
     if regions < 2 or feature_dim < 1:
         raise ValueError(f"need regions >= 2 and feature_dim >= 1, got {regions}, {feature_dim}")
-    if region_noise < 0:
-        raise ValueError(f"region_noise must be >= 0, got {region_noise}")
+    for name, value in (("region_noise", region_noise), ("nuisance", nuisance),
+                        ("sparsity", sparsity)):  # fmt: skip
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    if not np.isfinite(feature_scale) or feature_scale <= 0:
+        raise ValueError(f"feature_scale must be finite and > 0, got {feature_scale}")
+    if not 0.0 <= background < 1.0:
+        raise ValueError(f"background must be in [0, 1), got {background}")
     sharing = _check_knob("attribute_sharing", attribute_sharing)
     partial = _check_knob("partialness", partialness)
     root = Path(out_dir)
     folder = root / DATASET_NAME
     folder.mkdir(parents=True, exist_ok=True)
     bank = DirectionBank.draw(seed, feature_dim)
+    render = {"region_noise": region_noise, "nuisance": nuisance, "sparsity": sparsity,
+              "scale": feature_scale}  # fmt: skip
     all_captions = []
     for split, n in sizes.items():
         all_captions += _write_split(
-            folder, split, n, bank, seed=seed, regions=regions, region_noise=region_noise,
-            sharing=sharing, partialness=partial,
+            folder, split, n, bank, seed=seed, regions=regions, sharing=sharing,
+            partialness=partial, background=background, render=render,
         )  # fmt: skip
     # Every word of every split: the synthetic world has no out-of-vocabulary words.
     build_vocab(all_captions, min_count=1).save(root / f"{DATASET_NAME}_vocab.json")
-    clean = clean_image_index(num_train, CAPTIONS_PER_IMAGE)
+    subsets = sorted({int(n) for n in noise_subsets if 0 < int(n) < num_train})
     noise = {}
     for ratio in noise_ratios:
-        index = make_caption_noise(clean, ratio, noise_seed)
-        save_noise_index(folder / noise_file_name(ratio, noise_seed), index)
-        noise[noise_file_name(ratio, noise_seed)] = noise_sha256(index)
+        for n in [None, *subsets]:
+            clean = clean_image_index(num_train if n is None else n, CAPTIONS_PER_IMAGE)
+            index = make_caption_noise(clean, ratio, noise_seed)
+            name = noise_file_name(ratio, noise_seed, n)
+            save_noise_index(folder / name, index)
+            noise[name] = noise_sha256(index)
     settings = {
         "num_train": num_train, "num_dev": num_dev, "num_test": num_test, "seed": seed,
         "regions": regions, "feature_dim": feature_dim, "region_noise": region_noise,
-        "attribute_sharing": sharing, "partialness": partial, "captions_per_image": 5,
+        "attribute_sharing": sharing, "partialness": partial, "background": background,
+        "nuisance": nuisance, "sparsity": sparsity, "feature_scale": feature_scale,
+        "captions_per_image": 5,
         "noise_seed": noise_seed, "noise_sha256": noise,
     }  # fmt: skip
     (folder / "world.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")

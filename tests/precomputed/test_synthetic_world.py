@@ -7,7 +7,12 @@ import pytest
 
 from precomputed.captions import read_captions_txt
 from precomputed.dataset import PairDataset, open_split
-from precomputed.noise import clean_image_index, load_noise_index, noise_sha256
+from precomputed.noise import (
+    clean_image_index,
+    load_noise_index,
+    make_caption_noise,
+    noise_sha256,
+)
 from precomputed.synthetic import make_synthetic
 from precomputed.synthetic.captions import TEMPLATE_WORDS
 from precomputed.synthetic.world import CATEGORIES, COLOURS, SCENE_TYPES
@@ -61,6 +66,46 @@ def test_noise_files(world):
         assert moved <= int(ratio * 60)
 
 
+def test_noise_files_for_train_subsets(tmp_path):
+    # A run with data.train_images: n needs noise over the captions of the first n images; the
+    # whole-split file does not fit it (its entries point beyond the subset).
+    root = make_synthetic(tmp_path, seed=3, noise_subsets=(5, 12, 40), **TINY)
+    folder = root / "synthetic_precomp"
+    meta = json.loads((folder / "world.json").read_text())
+    assert sorted(p.name for p in folder.glob("noise_0.5_*")) == [
+        "noise_0.5_seed0.npy",
+        "noise_0.5_seed0_train5.npy",
+    ]  # fmt: skip  (12 is the whole split, 40 is larger than it)
+    index = load_noise_index(folder / "noise_0.5_seed0_train5.npy", num_images=5,
+                             captions_per_image=5)  # fmt: skip
+    # exactly the noise a run with train_images 5 and noise_seed 0 builds itself
+    assert np.array_equal(index, make_caption_noise(clean_image_index(5, 5), 0.5, 0))
+    assert index.max() < 5 and (index != clean_image_index(5, 5)).any()
+    assert noise_sha256(index) == meta["noise_sha256"]["noise_0.5_seed0_train5.npy"]
+    with pytest.raises(Exception, match="length"):
+        load_noise_index(folder / "noise_0.5_seed0.npy", num_images=5, captions_per_image=5)
+
+
+def _features(root: Path, split: str = "train") -> np.ndarray:
+    return np.load(root / "synthetic_precomp" / f"{split}_ims.npy")
+
+
+def test_feature_statistics_knobs(tmp_path):
+    base = make_synthetic(tmp_path / "base", seed=3, **TINY)
+    x = _features(base)
+    scaled = _features(make_synthetic(tmp_path / "scaled", seed=3, feature_scale=1.0, **TINY))
+    assert np.array_equal(scaled, 2 * x)  # scale changes magnitudes only
+    sparse = _features(make_synthetic(tmp_path / "sparse", seed=3, sparsity=1.0, **TINY))
+    assert (sparse == 0).mean() > (x == 0).mean() + 0.2
+    calm = _features(make_synthetic(tmp_path / "calm", seed=3, nuisance=0.0, **TINY))
+    assert calm.shape == x.shape and not np.array_equal(calm, x)
+    busy = make_synthetic(tmp_path / "busy", seed=3, background=0.5, **TINY)
+    lines = (busy / "synthetic_precomp" / "train_scenes.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["region_object"].count(-1) >= 18 for line in lines)
+    meta = json.loads((busy / "synthetic_precomp" / "world.json").read_text())
+    assert meta["background"] == 0.5 and meta["sparsity"] == 0.0
+
+
 def test_every_caption_word_in_f30k_vocab(world):
     f30k = load_vocab(FIXTURES / "f30k_precomp_vocab.json")
     words = set(TEMPLATE_WORDS) | set(CATEGORIES) | set(COLOURS) | set(SCENE_TYPES)
@@ -88,8 +133,23 @@ def test_deterministic_bytes(tmp_path, world):
     assert _digest(other) != _digest(world)
 
 
-def test_bad_knobs(tmp_path):
-    with pytest.raises(ValueError, match="partialness"):
-        make_synthetic(tmp_path, partialness=1.5, **TINY)
+@pytest.mark.parametrize(
+    "knob",
+    [
+        {"partialness": 1.5},
+        {"sparsity": -0.1},
+        {"nuisance": float("nan")},
+        {"feature_scale": 0.0},
+        {"background": 1.0},
+        {"region_noise": -1.0},
+    ],
+)
+def test_bad_knobs_name_the_knob(tmp_path, knob):
+    with pytest.raises(ValueError, match=next(iter(knob))):
+        make_synthetic(tmp_path, **knob, **TINY)
+    assert not (tmp_path / "synthetic_precomp").exists()  # validated before writing
+
+
+def test_bad_noise_ratio(tmp_path):
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         make_synthetic(tmp_path, noise_ratios=(1.0,), **TINY)

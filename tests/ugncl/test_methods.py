@@ -84,8 +84,8 @@ def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> N
     """After warm-up at xi1 = 0.1 every pair has u_bar ~ 0.995 (README "UGNCL equations").
     The paper's Delta = 10 gives f_C = sigmoid(-10 logit(0.995)) ~ 1e-23: no margin for any
     hard-clean pair. The default Delta = 0 keeps half the soft margin."""
-    from ugncl.methods.ugncl import UGNCLConfig
     from ugncl.losses import soft_margin, trusted_margins
+    from ugncl.methods.ugncl import UGNCLConfig
 
     sets = torch.tensor([2, 3])  # HARD_CLEAN, HARD_NOISY
     y = torch.tensor([0.8, 0.3])
