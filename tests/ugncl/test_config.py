@@ -75,7 +75,7 @@ def test_wrong_types_and_choices_are_errors() -> None:
         build_config({"train": {"batch_size": "big"}})
     with pytest.raises(ConfigError, match="model.sgraf.head' must be one of"):
         build_config({"model": {"sgraf": {"head": "sgraf"}}})
-    with pytest.raises(ConfigError, match=r"noise_ratio must be in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"data.noise_ratio' must be in \[0, 1\)"):
         build_config({"data": {"noise_ratio": 1.0}})
 
 
