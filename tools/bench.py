@@ -41,6 +41,7 @@ from torch.nn import functional as F
 
 from sgraf.functional import l1norm, l2norm
 from sgraf.model import SGRAF, score_all_pairs
+from ugncl.cli import cli_main
 
 
 # ----------------------------------------------------------------------------------------
@@ -336,6 +337,7 @@ def bench_clip(args: argparse.Namespace) -> dict:
             "optimizer": "AdamW(fused)", "steps": args.steps, "results": results}  # fmt: skip
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)

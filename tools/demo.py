@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from precomputed.synthetic import make_synthetic
+from ugncl.cli import cli_main
 from ugncl.config import load_config
 from ugncl.engine.recorder import read_metrics
 from ugncl.training import train
@@ -70,6 +71,7 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     root = Path(args.data_root)

@@ -147,6 +147,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         check_new_run_dir(run_dir)
     if config.train.threads is not None:
         torch.set_num_threads(config.train.threads)
+    seed = seed_everything(config.train.seed)  # before the model draws its initial weights
 
     # Open and check everything before the run directory exists.
     data = open_run_data(config)
@@ -173,7 +174,6 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             config.run.out_dir, config.run.name, populate=lambda d: _write_config(config, d)
         )
     setup_logging(run_dir / "train.log")
-    seed = seed_everything(config.train.seed)
     logger.info("run %s, seed %d", run_dir, seed)
     if config.train.amp in ("bf16", "fp16") and precision.autocast_dtype is None:
         logger.warning("train.amp=%s needs CUDA; on %s the run is fp32", config.train.amp, device)
