@@ -90,6 +90,11 @@ class PackedWords:
     def dim(self) -> int:
         return 3
 
+    def subset(self, start: int, stop: int) -> PackedWords:
+        """Captions ``start:stop`` (a view of ``data``, no copy)."""
+        a, b = int(self.offsets[start]), int(self.offsets[stop])
+        return PackedWords(self.data[a:b], self.lengths[start:stop])
+
     def padded(self, index: Tensor, width: int) -> Tensor:
         """(len(index), width, E): captions ``index`` zero-padded (or cut) to ``width``."""
         index = torch.as_tensor(index, dtype=torch.int64).cpu()

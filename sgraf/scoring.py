@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from sgraf.attention import check_num_regions
-from sgraf.functional import PackedWords, caption_words, word_mask
+from sgraf.functional import caption_words, word_mask
 
 if TYPE_CHECKING:
     from sgraf.head import SimilarityHead

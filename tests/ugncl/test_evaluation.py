@@ -118,8 +118,8 @@ def padded_like_before(model: SGRAF, split, batch_size: int) -> torch.Tensor:
     model.eval()
     with torch.no_grad():
         for a in range(0, len(lengths), batch_size):
-            ids, lens = pad_captions([split.tokens[k] for k in range(a, min(a + batch_size,
-                                                                            len(lengths)))])  # fmt: skip
+            stop = min(a + batch_size, len(lengths))
+            ids, lens = pad_captions([split.tokens[k] for k in range(a, stop)])
             words = model.encode_captions(ids, lens)
             out[a : a + len(lens), : words.shape[1]] = words
     return out
