@@ -195,10 +195,9 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
                         dropped, epoch)  # fmt: skip
         if changes:
             _write_config(config, run_dir)
-    recorder = MetricsRecorder(run_dir, purge_step=None if resume_dir is None else step + 1)
-    if state is None and resume_dir is not None:
-        recorder.close()  # nothing of a run without checkpoint survives: TensorBoard from 0
-        recorder = MetricsRecorder(run_dir, purge_step=0)
+    # TensorBoard drops the killed attempt's steps (all of them when no checkpoint survived).
+    purge = None if resume_dir is None else (0 if state is None else step + 1)
+    recorder = MetricsRecorder(run_dir, purge_step=purge)
     try:
         if resume_dir is not None:
             recorder.write("resume", epoch=epoch, step=step, changes=changes,

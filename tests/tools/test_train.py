@@ -14,7 +14,7 @@ import yaml
 
 from ugncl.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ugncl.engine.recorder import read_metrics
-from ugncl.engine.trainer import test_checkpoint
+from ugncl.engine.trainer import checkpoint_for_test
 
 
 @pytest.fixture
@@ -180,16 +180,16 @@ def test_kill_between_last_and_best_is_repaired(tmp_path: Path) -> None:
     # last.pt (epoch index 2) is the best, but the kill hit before best.pt was replaced.
     _ckpt(tmp_path / "best.pt", 2, 1, tag=1.0)
     _ckpt(tmp_path / "last.pt", 3, 2, tag=2.0)
-    path = test_checkpoint(tmp_path)
+    path = checkpoint_for_test(tmp_path)
     assert path == tmp_path / "best.pt" and load_checkpoint(path)["tag"] == 2.0
     # best.pt lost although validation chose an earlier epoch: an error, never last.pt.
     (tmp_path / "best.pt").unlink()
     _ckpt(tmp_path / "last.pt", 3, 1, tag=3.0)
     with pytest.raises(CheckpointError, match="best epoch 1"):
-        test_checkpoint(tmp_path)
+        checkpoint_for_test(tmp_path)
     # No validation ran: last.pt is what there is.
     _ckpt(tmp_path / "last.pt", 3, None, tag=4.0)
-    assert test_checkpoint(tmp_path) == tmp_path / "last.pt"
+    assert checkpoint_for_test(tmp_path) == tmp_path / "last.pt"
 
 
 @pytest.fixture

@@ -269,7 +269,7 @@ class Trainer:
 
         The record names the file and the epoch of the weights (``checkpoint``, ``epoch``).
         """
-        path = test_checkpoint(self.run_dir / "checkpoints")
+        path = checkpoint_for_test(self.run_dir / "checkpoints")
         state = load_checkpoint(path, map_location=self.device)
         self.model.load_state_dict(state["model"])
         epoch = int(state["epoch"]) - 1
@@ -371,7 +371,7 @@ def ensure_best(ckpt_dir: Path) -> Path | None:
     )
 
 
-def test_checkpoint(ckpt_dir: Path) -> Path:
+def checkpoint_for_test(ckpt_dir: Path) -> Path:
     """The checkpoint the final test uses: ``best.pt`` when validation ran (never a silent
     fallback to ``last.pt``), else ``last.pt``."""
     last = ckpt_dir / "last.pt"
