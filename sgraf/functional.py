@@ -46,3 +46,68 @@ def masked_softmax(logits: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
     Every slice along ``dim`` must contain at least one True entry.
     """
     return torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=dim)
+
+
+class PackedWords:
+    """Token-level caption features ``(n_cap, L, E)`` stored without padding.
+
+    Evaluation keeps a split's word features for all-pairs scoring; padded to the longest
+    caption they cost ``n_cap * L_max * E`` floats (about 6 GB for COCO 5K), packed only
+    ``sum(lengths) * E``. Blocks are padded on demand by :meth:`padded`, with exactly the zeros
+    a padded tensor holds, so scores are bit-identical.
+
+    Attributes:
+        data: (sum(lengths), E) the real words, caption after caption.
+        lengths: (n_cap,) int64 words per caption.
+        offsets: (n_cap + 1,) int64 start of each caption in ``data``.
+    """
+
+    def __init__(self, data: Tensor, lengths: Tensor) -> None:
+        lengths = torch.as_tensor(lengths, dtype=torch.int64).cpu()
+        if data.dim() != 2 or int(lengths.sum()) != data.shape[0]:
+            raise ValueError(
+                f"packed words must be (sum(lengths)={int(lengths.sum())}, E), got "
+                f"{tuple(data.shape)}"
+            )
+        self.data = data
+        self.lengths = lengths
+        self.offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+        torch.cumsum(lengths, 0, out=self.offsets[1:])
+        self.max_len = int(lengths.max()) if lengths.numel() else 0
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.lengths.numel(), self.max_len, self.data.shape[1]))
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.data.dtype
+
+    def dim(self) -> int:
+        return 3
+
+    def subset(self, start: int, stop: int) -> PackedWords:
+        """Captions ``start:stop`` (a view of ``data``, no copy)."""
+        a, b = int(self.offsets[start]), int(self.offsets[stop])
+        return PackedWords(self.data[a:b], self.lengths[start:stop])
+
+    def padded(self, index: Tensor, width: int) -> Tensor:
+        """(len(index), width, E): captions ``index`` zero-padded (or cut) to ``width``."""
+        index = torch.as_tensor(index, dtype=torch.int64).cpu()
+        positions = torch.arange(width, dtype=torch.int64)
+        mask = positions.unsqueeze(0) < self.lengths[index].unsqueeze(1)
+        rows = (self.offsets[index].unsqueeze(1) + positions.unsqueeze(0))[mask]
+        out = self.data.new_zeros(index.numel(), width, self.data.shape[1])
+        out[mask] = self.data[rows.to(self.data.device)]
+        return out
+
+
+def caption_words(cap_emb: Tensor | PackedWords, index: Tensor, width: int) -> Tensor:
+    """Rows ``index`` of padded (n_cap, L, E) features, cut to ``width`` words (packed or not)."""
+    if isinstance(cap_emb, PackedWords):
+        return cap_emb.padded(index, width)
+    return cap_emb[index.to(cap_emb.device), :width]

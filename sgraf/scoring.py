@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from sgraf.attention import check_num_regions
-from sgraf.functional import word_mask
+from sgraf.functional import caption_words, word_mask
 
 if TYPE_CHECKING:
     from sgraf.head import SimilarityHead
@@ -184,10 +184,9 @@ def iter_blocks(
         idx_cpu = order_cpu[start : start + cols]
         width = int(lengths_cpu[idx_cpu].max())
         mask = word_mask(lengths_cpu[idx_cpu], width).to(device)
-        idx = idx_cpu.to(cap_emb.device)
-        words = cap_emb[idx, :width].to(device)
+        words = caption_words(cap_emb, idx_cpu, width).to(device)
         words = words * mask.to(words.dtype).unsqueeze(-1)  # padding must be exactly zero
-        cglo = cap_glo[idx].to(device)
+        cglo = cap_glo[idx_cpu.to(cap_glo.device)].to(device)
         for img_start in range(0, n_img, rows):
             sl = slice(img_start, img_start + rows)
             n_rows = img_emb[:, sl].shape[1]
@@ -237,7 +236,8 @@ def score_all_pairs(
     Args:
         model: the network.
         img_emb: (W, n_img, R, E) image embeddings from ``model.encode_images``.
-        cap_emb: (n_cap, L, E) caption features from ``model.encode_captions``.
+        cap_emb: (n_cap, L, E) caption features from ``model.encode_captions``, padded or
+            packed (:class:`sgraf.functional.PackedWords`, padded block by block).
         lengths: (n_cap,) real words per caption (>= 1).
         view_reduce: maps a raw (W, a, b) shard to (a, b) (e.g. mean over views, or mean
             evidence); None keeps all views.
@@ -264,11 +264,12 @@ def score_all_pairs(
             [head.image_globals(regions[:, i : i + 1024]) for i in range(0, n_img, 1024)], dim=1
         )
         lengths_cpu = lengths.detach().to("cpu", torch.int64)
+        l_pad = cap_emb.shape[1]
         cap_glo = torch.cat(
             [
                 head.t_global_w(
-                    cap_emb[i : i + 1024].to(device),
-                    word_mask(lengths_cpu[i : i + 1024], cap_emb.shape[1]).to(device),
+                    caption_words(cap_emb, torch.arange(i, min(i + 1024, n_cap)), l_pad).to(device),
+                    word_mask(lengths_cpu[i : i + 1024], l_pad).to(device),
                 )
                 for i in range(0, n_cap, 1024)
             ],

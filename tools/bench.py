@@ -15,6 +15,13 @@ images, SCAN attention, alignment vectors, then SGR with separate query/key proj
 SAF), using the same weights. Prints pairs/s of both, the speed ratio, the maximum absolute
 score difference and the peak memory of the batched run.
 
+``eval-memory --make DIR`` writes a COCO-5K-sized split (5,000 images x 36 x 2048 float32
+features = 1.5 GB, 25,000 captions of COCO-like length, mean 10.5 words, a few up to 50) into
+``DIR/coco_bench_precomp/testall_*`` (check ``df -h`` first; delete DIR afterwards), and
+``eval-memory --data DIR`` runs the evaluation's encoding stage on it with a paper-size SGRAF
+(embed 1024, sim 256, word 300, W = 2) and scores one shard (``--shard-images`` x
+``--shard-captions``); run it under ``/usr/bin/time -v`` for the peak resident set size.
+
 ``feature-open`` writes an (images, 36, 2048) float32 ``.npy`` (18000 images = 5.3 GB; check
 ``df -h`` first), drops its pages from the page cache (``posix_fadvise DONTNEED``) and times
 ``open_features`` twice: the first open scans the file for NaN/inf and writes the record
@@ -41,6 +48,7 @@ from torch.nn import functional as F
 
 from sgraf.functional import l1norm, l2norm
 from sgraf.model import SGRAF, score_all_pairs
+from ugncl.cli import cli_main
 
 
 # ----------------------------------------------------------------------------------------
@@ -312,6 +320,77 @@ def bench_feature_open(path: Path, images: int) -> dict:
             leftover.unlink(missing_ok=True)
 
 
+BENCH_SPLIT = ("coco_bench_precomp", "testall")
+
+
+def make_eval_memory_data(root: Path, images: int, seed: int = 0) -> dict:
+    """A COCO-5K-sized split (random features, COCO-like caption lengths) under ``root``."""
+    import numpy as np
+
+    from precomputed.features import open_features
+    from precomputed.vocab import SPECIALS
+
+    rng = np.random.default_rng(seed)
+    folder = root / BENCH_SPLIT[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{BENCH_SPLIT[1]}_ims.npy"
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(images, 36, 2048))
+    for start in range(0, images, 250):
+        stop = min(start + 250, images)
+        array[start:stop] = rng.random((stop - start, 36, 2048), dtype=np.float32)
+    array.flush()
+    del array
+    open_features(path).close()  # the NaN/inf scan record, so the measured run only reads once
+    words = [f"w{i}" for i in range(10000)]
+    n_cap = 5 * images
+    n_words = np.clip(np.rint(rng.normal(10.5, 2.5, n_cap)), 6, 50).astype(int)
+    long = rng.random(n_cap) < 0.002  # COCO has a few captions of 40-50 words
+    n_words[long] = rng.integers(40, 51, int(long.sum()))
+    with open(folder / f"{BENCH_SPLIT[1]}_caps.txt", "w", encoding="utf-8") as f:
+        for n in n_words:
+            f.write(" ".join(words[i] for i in rng.integers(0, len(words), n)) + "\n")
+    vocab = [*SPECIALS, *words]
+    scan = {
+        "word2idx": {w: i for i, w in enumerate(vocab)},
+        "idx2word": {str(i): w for i, w in enumerate(vocab)},
+        "idx": len(vocab),
+    }
+    (root / "vocab.json").write_text(json.dumps(scan))
+    return {"root": str(root), "images": images, "captions": n_cap,
+            "mean_words": float(n_words.mean()), "max_words": int(n_words.max())}  # fmt: skip
+
+
+def bench_eval_memory(args: argparse.Namespace) -> dict:
+    """Encoding stage of an evaluation on ``--data`` plus the scoring of one shard."""
+    from precomputed.dataset import open_split
+    from precomputed.vocab import load_vocab
+    from ugncl.evaluation import encode_split
+
+    torch.manual_seed(0)
+    vocab = load_vocab(args.data / "vocab.json")
+    split = open_split(args.data, BENCH_SPLIT[0], BENCH_SPLIT[1], vocab, captions_per_image=5)
+    model = SGRAF(len(vocab), word_dim=300, img_dim=2048, embed_dim=1024, sim_dim=256,
+                  num_regions=36, num_views=2, head="sgr")  # fmt: skip
+    started = time.perf_counter()
+    enc = encode_split(model, split, batch_size=args.batch_size)
+    encode_s = time.perf_counter() - started
+    cap = enc.cap_emb
+    n_cap = args.shard_captions
+    caps = cap.subset(0, n_cap) if hasattr(cap, "subset") else cap[:n_cap]
+    started = time.perf_counter()
+    with torch.no_grad():
+        shard = model.score_all_pairs(
+            enc.img_emb[:, : args.shard_images], caps, enc.lengths[:n_cap],
+            memory_budget_bytes=512 * 2**20,
+        )  # fmt: skip
+    score_s = time.perf_counter() - started
+    stored = cap.data if hasattr(cap, "data") else cap
+    return {"images": enc.num_images, "captions": enc.num_captions,
+            "img_emb_bytes": enc.img_emb.numel() * 4, "cap_emb_bytes": stored.numel() * 4,
+            "encode_s": round(encode_s, 1), "shard": list(shard.shape),
+            "score_s": round(score_s, 1), "shard_sum": float(shard.double().sum())}  # fmt: skip
+
+
 def bench_clip(args: argparse.Namespace) -> dict:
     """Training pairs/s of a CLIP backbone on CPU, per thread count."""
     from ugncl.clip.adapter import build_clip
@@ -336,6 +415,7 @@ def bench_clip(args: argparse.Namespace) -> dict:
             "optimizer": "AdamW(fused)", "steps": args.steps, "results": results}  # fmt: skip
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -365,7 +445,22 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("feature-open", help="feature file open time, first vs recorded scan")
     f.add_argument("--path", type=Path, required=True, help="file to write (deleted after)")
     f.add_argument("--images", type=int, default=18000, help="images of 36 x 2048 float32")
+    m = sub.add_parser("eval-memory", help="encoding memory of a COCO-5K-sized evaluation")
+    m.add_argument("--make", type=Path, default=None, help="write the synthetic split here")
+    m.add_argument("--data", type=Path, default=None, help="measure on this split")
+    m.add_argument("--images", type=int, default=5000)
+    m.add_argument("--batch-size", type=int, default=128)
+    m.add_argument("--shard-images", type=int, default=1000)
+    m.add_argument("--shard-captions", type=int, default=128)
     args = parser.parse_args(argv)
+    if args.what == "eval-memory":
+        if (args.make is None) == (args.data is None):
+            parser.error("eval-memory needs exactly one of --make DIR or --data DIR")
+        if args.make is not None:
+            print(json.dumps(make_eval_memory_data(args.make, args.images)))
+        else:
+            print(json.dumps(bench_eval_memory(args)))
+        return 0
     if args.what == "feature-open":
         print(json.dumps(bench_feature_open(args.path, args.images)))
         return 0

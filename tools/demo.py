@@ -28,13 +28,14 @@ import time
 from pathlib import Path
 
 from precomputed.captions import read_captions_txt
+from precomputed.errors import UserError
 from precomputed.noise import clean_image_index
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.oracle import oracle_scores
 from precomputed.synthetic.world import read_scenes
-from ugncl.config import ConfigError, load_config
-from ugncl.engine.recorder import RunDirExistsError, read_metrics
-from ugncl.experiment import MissingDataError
+from ugncl.cli import cli_main
+from ugncl.config import load_config
+from ugncl.engine.recorder import read_metrics
 from ugncl.metrics import retrieval_metrics
 from ugncl.training import train
 
@@ -195,6 +196,7 @@ def ratios(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     started_all = time.perf_counter()
@@ -218,18 +220,16 @@ def main(argv: list[str] | None = None) -> int:
             noise = [f"data.noise_ratio={args.noise_ratio}"] if noisy else []
             overrides = [*common, *noise, f"run.name={cfg}", *args.set]
             configs[name] = (cfg, load_config(cfg, overrides)[0])  # validate all before training
-    except (ValueError, ConfigError) as err:
+    except ValueError as err:  # argument values; ConfigError and data errors reach cli_main
+        if isinstance(err, UserError):
+            raise
         print(f"error: {err}", file=sys.stderr)
         return 2
     rows = []
     for name, (cfg, config) in configs.items():
         print(f"training {name} ({cfg}) ...", flush=True)
         started = time.perf_counter()
-        try:
-            result = train(config, config_name=cfg)
-        except (MissingDataError, RunDirExistsError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        result = train(config, config_name=cfg)
         seconds = time.perf_counter() - started
         rows.append(_row(name, result.test, last_division(result.run_dir), seconds, result.run_dir))
     rows.append(oracle_row(root))

@@ -11,17 +11,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import torch
 
+from precomputed.errors import InvalidSettingError
 from ugncl.build import build_method, model_from_checkpoint
-from ugncl.config import Config, ConfigError, DataConfig, build_config
-from ugncl.engine.checkpoint import CheckpointError, load_checkpoint
+from ugncl.cli import cli_main
+from ugncl.config import Config, ConfigError, DataConfig, build_config, choices
+from ugncl.engine.checkpoint import load_checkpoint
 from ugncl.engine.device import select_device
-from ugncl.evaluation import evaluate_models, metric_table
-from ugncl.experiment import MissingDataError, open_data_split, open_vocab
+from ugncl.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
+from ugncl.experiment import check_vocab, open_data_split, open_vocab
+
+COCO_TESTALL_IMAGES = 5000
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -35,11 +38,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vocab", default=None, help="SCAN vocab JSON")
     parser.add_argument("--captions-per-image", type=int, default=None)
     parser.add_argument(
-        "--protocol", choices=["1k", "coco5fold", "full"], default=None,
+        "--protocol", choices=PROTOCOLS, default=None,
         help="default: COCO testall -> coco5fold, F30K/CC152K test -> 1k, else full",
     )  # fmt: skip
     parser.add_argument(
-        "--eval-score", choices=["evidence", "evidence_mean_exp", "sigmoid", "raw"], default=None,
+        "--eval-score", choices=choices()["eval.eval_score"], default=None,
         help="per-view score before averaging views (default: the checkpoint's eval.eval_score)",
     )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -77,22 +80,29 @@ def load_model(path: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
     return model_from_checkpoint(state).to(device), state
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.batch_size < 1:
+        raise InvalidSettingError(f"--batch-size must be >= 1, got {args.batch_size}")
     device = select_device(args.device)
-    try:
-        loaded = [load_model(path, device) for path in args.checkpoints]
-        data, config = data_config(loaded[0][1], args)
-        vocab, _ = open_vocab(data)
-        split = open_data_split(data, args.split or data.test_split, vocab)
-    except (CheckpointError, ConfigError, MissingDataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    loaded = [load_model(path, device) for path in args.checkpoints]
+    data, config = data_config(loaded[0][1], args)
+    vocab, vocab_path = open_vocab(data)
+    for path, (_, state) in zip(args.checkpoints, loaded):
+        check_vocab(state, vocab, vocab_path, path)
+    split = open_data_split(data, args.split or data.test_split, vocab)
+    protocol = args.protocol or default_protocol(data.name, split.split)
+    if protocol == "coco5fold" and split.num_images != COCO_TESTALL_IMAGES:
+        raise InvalidSettingError(
+            f"--protocol coco5fold needs the {COCO_TESTALL_IMAGES} images of COCO testall; "
+            f"{data.name}/{split.split} has {split.num_images}. Use --protocol full or 1k"
+        )
     eval_score = config.eval.eval_score
     results, _ = evaluate_models(
         [model for model, _ in loaded],
         split,
-        protocol=args.protocol,
+        protocol=protocol,
         score=build_method(config).retrieval_score,
         batch_size=args.batch_size,
         device=device,

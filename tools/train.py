@@ -1,20 +1,18 @@
 """Train a method on precomputed features: ``python tools/train.py --cfg ugncl_flickr.yaml``.
 
 A bare config name is looked up in ``configs/``; ``--set a.b=value`` overrides any key;
-``--resume RUN_DIR`` continues a run from its ``checkpoints/last.pt`` with its saved config.
+``--resume RUN_DIR`` continues a run from its ``checkpoints/last.pt`` with its saved config
+(``--set`` may then change only how long and how it runs, e.g. ``train.epochs``).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from ugncl.config import ConfigError, load_config
-from ugncl.engine.checkpoint import CheckpointError
-from ugncl.engine.recorder import RunDirExistsError
-from ugncl.experiment import MissingDataError
-from ugncl.training import train
+from ugncl.cli import cli_main
+from ugncl.config import load_config
+from ugncl.training import load_resume_config, train
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,18 +29,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        if args.resume is not None:
-            config, _ = load_config(Path(args.resume) / "config.yaml", args.set)
-            result = train(config, config_name=Path(args.resume).name, resume_dir=args.resume)
-        else:
-            config, path = load_config(args.cfg, args.set)
-            result = train(config, config_name=path.stem)
-    except (ConfigError, MissingDataError, CheckpointError, RunDirExistsError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.resume is not None:
+        config = load_resume_config(args.resume, args.set)
+        result = train(config, config_name=Path(args.resume).name, resume_dir=args.resume)
+    else:
+        config, path = load_config(args.cfg, args.set)
+        result = train(config, config_name=path.stem)
+    if result.finished_before:
+        print(f"run {result.run_dir} is already finished and tested; nothing to do")
+        return 0
     print(f"run directory: {result.run_dir} (best dev rsum {result.best_rsum:.2f})")
     return 0
 

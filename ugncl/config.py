@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -49,8 +50,10 @@ class ConfigError(UserError, ValueError):
 class DataConfig:
     """Where the precomputed split lives and which noisy index to train on."""
 
-    root: str = "data/synthetic"
-    name: str = "synthetic_precomp"
+    # Defaults equal configs/base.yaml (tests/ugncl/test_config.py checks it): a config built
+    # without a file (tools/eval.py on a checkpoint without a config) gets the same values.
+    root: str = "data/scan"
+    name: str = "f30k_precomp"
     # SCAN vocabulary JSON; null -> <root>/<name>_vocab.json, then <root>/vocab/<name>_vocab.json.
     vocab: str | None = None
     captions_per_image: int = 5
@@ -61,7 +64,7 @@ class DataConfig:
     dev_images: int | None = 1000
     # Optional cap on training images (first N); null uses the whole split.
     train_images: int | None = None
-    noise_ratio: float = 0.0
+    noise_ratio: float = 0.2
     noise_seed: int = 0
     # An existing noise index (NCR caption format, or UGNCL image permutation with
     # noise_format: image). When set, noise_ratio/noise_seed are not used to build one.
@@ -69,6 +72,9 @@ class DataConfig:
     noise_format: str = "caption"
     allow_nonfinite: bool = False
     num_workers: int = 0
+    # Longest caption in tokens (<start>/<end> included); longer ones are cut and counted
+    # (the ``setup`` record's ``n_truncated_captions``). null: no cap.
+    max_caption_tokens: int | None = 100
 
 
 @dataclass
@@ -101,7 +107,8 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    eval_score: str = "evidence"  # evidence | sigmoid | raw (UGNCL_METHOD.md section 10)
+    # evidence | evidence_mean_exp | sigmoid | raw (ugncl.evaluation.EVAL_SCORES)
+    eval_score: str = "evidence"
     memory_budget_mb: int = 512
     test_after_training: bool = True
 
@@ -170,10 +177,12 @@ def config_class() -> type:
 def choices() -> dict[str, tuple[str, ...]]:
     """Allowed values of string keys: run-level ones plus each section's ``CHOICES``."""
     from ugncl.build import BACKBONES
+    from ugncl.evaluation import EVAL_SCORES
     from ugncl.methods import METHODS
     from ugncl.optim import OPTIMIZERS, SCHEDULES
 
     out = dict(CHOICES)
+    out["eval.eval_score"] = tuple(EVAL_SCORES)
     out["model.backbone"] = tuple(BACKBONES)
     out["method.name"] = tuple(METHODS)
     out["train.optimizer"] = tuple(OPTIMIZERS)
@@ -187,9 +196,57 @@ def choices() -> dict[str, tuple[str, ...]]:
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "train.amp": ("auto", "off", "bf16", "fp16"),
-    "eval.eval_score": ("evidence", "sigmoid", "raw"),
     "data.noise_format": ("caption", "image"),
 }
+
+# Numeric ranges checked at load (rule name -> (test, wording)); null passes for optional keys.
+_RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
+    ">0": (lambda v: v > 0, "> 0"),
+    ">=0": (lambda v: v >= 0, ">= 0"),
+    ">=1": (lambda v: v >= 1, ">= 1"),
+    ">=2": (lambda v: v >= 2, ">= 2 (in-batch negatives and BatchNorm)"),
+    ">=3": (lambda v: v >= 3, ">= 3 (<start>, one word, <end>)"),
+    "[0,1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
+}
+RANGES: dict[str, str] = {
+    "data.captions_per_image": ">=1",
+    "data.dev_images": ">=1",
+    "data.train_images": ">=1",
+    "data.noise_ratio": "[0,1)",
+    "data.noise_seed": ">=0",
+    "data.num_workers": ">=0",
+    "data.max_caption_tokens": ">=3",
+    "train.epochs": ">=0",
+    "train.warmup_epochs": ">=0",
+    "train.batch_size": ">=2",
+    "train.lr": ">0",
+    "train.weight_decay": ">=0",
+    "train.adam_beta1": "[0,1)",
+    "train.adam_beta2": "[0,1)",
+    "train.adam_eps": ">0",
+    "train.lr_update": ">=1",
+    "train.lr_decay": ">0",
+    "train.warmup_steps": ">=0",
+    "train.grad_clip": ">=0",
+    "train.log_every": ">=1",
+    "train.eval_batch_size": ">=1",
+    "train.stop_after_epochs": ">=1",
+    "train.threads": ">=1",
+    "eval.memory_budget_mb": ">=1",
+}
+
+
+def ranges() -> dict[str, str]:
+    """Range rules of numeric keys: :data:`RANGES` plus each section's ``RANGES``."""
+    from ugncl.build import BACKBONES
+    from ugncl.methods import METHODS
+
+    out = dict(RANGES)
+    for prefix, registry in (("model", BACKBONES), ("method", METHODS)):
+        for name, spec in registry.items():
+            for key, rule in getattr(spec.config, "RANGES", {}).items():
+                out[f"{prefix}.{name}.{key}"] = rule
+    return out
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -422,13 +479,24 @@ def _check_choices(config: Config) -> None:
             value = getattr(value, key)
         if value not in options:
             raise ConfigError(f"config key '{dotted}' must be one of {options}, got {value!r}")
-    if not 0.0 <= config.data.noise_ratio < 1.0:
-        raise ConfigError(
-            f"data.noise_ratio must be in [0, 1), got {config.data.noise_ratio} "
-            "(it is the share of training captions whose image is shuffled)"
-        )
-    if config.train.batch_size < 2:
-        raise ConfigError("train.batch_size must be >= 2 (in-batch negatives and BatchNorm)")
+    _check_finite(config, "")
+    for dotted, rule in ranges().items():
+        value: Any = config
+        for key in dotted.split("."):
+            value = getattr(value, key)
+        test, wording = _RULES[rule]
+        if value is not None and not test(value):
+            raise ConfigError(f"config key '{dotted}' must be {wording}, got {value!r}")
+
+
+def _check_finite(node: Any, prefix: str) -> None:
+    """Every float setting must be a finite number (``nan``/``inf`` parse as floats)."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_finite(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config key '{prefix}{f.name}' must be a finite number, got {value}")
 
 
 def _registered_classes() -> tuple[type, type, type]:

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from precomputed.dataset import PrecomputedSplit
+from sgraf.functional import PackedWords, word_mask
 from ugncl.data import EvalData
 from ugncl.metrics import METRIC_KEYS, coco_folds, fold_metrics, retrieval_metrics
 from ugncl.precomputed_data import as_eval_data
@@ -63,8 +64,9 @@ class EncodedSplit:
     Attributes:
         img_emb: image embeddings, images on the model's ``image_axis`` (SGRAF: ``(W, n_img,
             R, E)`` region embeddings per view), each image once.
-        cap_emb: ``(n_cap, ...)`` caption embeddings; token-level ones ``(n_cap, L_max, E)``,
-            zero beyond each caption's length.
+        cap_emb: ``(n_cap, ...)`` caption embeddings; token-level ones as
+            :class:`~sgraf.functional.PackedWords` (shape ``(n_cap, L_max, E)``, stored
+            without padding: a padded COCO 5K split would take about 6 GB).
         lengths: ``(n_cap,)`` int64 caption lengths (tokens incl. ``<start>``/``<end>``).
         caption_to_image: ``(n_cap,)`` int64 *clean* caption->image map used for ranking.
         name: dataset name (e.g. ``"f30k_precomp"``).
@@ -72,7 +74,7 @@ class EncodedSplit:
     """
 
     img_emb: Tensor
-    cap_emb: Tensor
+    cap_emb: Tensor | PackedWords
     lengths: Tensor
     caption_to_image: np.ndarray
     name: str = ""
@@ -141,7 +143,9 @@ def encode_split(
     l_max = int(lengths.max())
 
     img_emb: Tensor | None = None
-    cap_emb: Tensor | None = None
+    cap_emb: Tensor | None = None  # sentence-level (n_cap, E), or token-level packed words
+    packed: Tensor | None = None
+    offsets = torch.cumsum(lengths, 0) - lengths
     with eval_mode(model):
         for a in range(0, n_img, batch_size):
             b = min(a + batch_size, n_img)
@@ -155,10 +159,18 @@ def encode_split(
             b = min(a + batch_size, n_cap)
             ids, lens = data.captions(a, b)
             out = model.encode_captions(ids.to(device), lens.to(device))
-            if cap_emb is None:  # token-level (B, L_b, E) outputs are padded to L_max
-                tail = (l_max, *out.shape[2:]) if out.dim() >= 3 else tuple(out.shape[1:])
-                cap_emb = torch.zeros((n_cap, *tail), dtype=torch.float32)
-            cap_emb[a:b, : out.shape[1]] = out.float().cpu()
+            if out.dim() >= 3:  # token-level (B, L_b, E): keep the real words only
+                if packed is None:
+                    packed = torch.empty((int(lengths.sum()), *out.shape[2:]), dtype=torch.float32)
+                real = word_mask(lens.cpu(), out.shape[1])
+                start = int(offsets[a])
+                packed[start : start + int(real.sum())] = out.float().cpu()[real]
+                continue
+            if cap_emb is None:
+                cap_emb = torch.empty((n_cap, *out.shape[1:]), dtype=torch.float32)
+            cap_emb[a:b] = out.float().cpu()
+    if packed is not None:
+        cap_emb = PackedWords(packed, lengths)
     logger.info(
         "encoded %s/%s: %d images, %d captions (L_max %d)", data.name, data.split, n_img, n_cap,
         l_max,

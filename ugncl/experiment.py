@@ -6,6 +6,7 @@ Models, methods and optimisers are built by :mod:`ugncl.build`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from precomputed.dataset import PrecomputedSplit, open_split
-from precomputed.errors import DataNotFoundError
+from precomputed.errors import CheckpointError, DataNotFoundError
 from precomputed.noise import (
     clean_image_index,
     load_noise_index,
@@ -35,8 +36,40 @@ DATA_HINT = (
 )
 
 
-class MissingDataError(FileNotFoundError):
+class MissingDataError(DataNotFoundError):
     """Data a config points to is not there; the message lists what was looked for."""
+
+
+def vocab_identity(vocab: Vocabulary) -> dict[str, Any]:
+    """What identifies a vocabulary in a checkpoint: its size and the sha256 of its words in
+    id order (a reordered word list changes every caption's ids)."""
+    digest = hashlib.sha256("\n".join(vocab.idx2word).encode("utf-8")).hexdigest()
+    return {"vocab_size": len(vocab), "vocab_sha256": digest}
+
+
+def check_vocab(state: dict[str, Any], vocab: Vocabulary, vocab_path: Path, where: str) -> None:
+    """Refuse a vocabulary other than the one the checkpoint ``where`` was trained with.
+
+    Checkpoints written before the identity was stored are accepted on the size alone (the
+    embedding table's row count)."""
+    have = vocab_identity(vocab)
+    size = state.get("vocab_size")
+    if size is None:
+        table = state.get("model", {}).get("txt_enc.embed.weight")
+        size = None if table is None else int(table.shape[0])
+    if size is not None and int(size) != have["vocab_size"]:
+        raise CheckpointError(
+            f"vocabulary {vocab_path} has {have['vocab_size']} words but {where} was trained "
+            f"with {size}; pass the vocabulary it was trained with (--vocab / data.vocab)"
+        )
+    sha = state.get("vocab_sha256")
+    if sha is not None and sha != have["vocab_sha256"]:
+        raise CheckpointError(
+            f"vocabulary {vocab_path} has the right size ({size}) but other words or another "
+            f"word order than the one {where} was trained with (sha256 {sha[:12]}... vs "
+            f"{have['vocab_sha256'][:12]}...); caption ids would mean other words. Pass the "
+            "vocabulary it was trained with (--vocab / data.vocab)"
+        )
 
 
 @dataclass
@@ -69,10 +102,18 @@ class PrecomputedRunData:
             "n_train_images": self.train.num_images,
             "n_noisy": int((~self.train.clean).sum()),
             "vocab": str(self.vocab_path),
+            "n_truncated_captions": {
+                "train": self.train.num_truncated_captions,
+                **({} if self.dev is None else {"dev": self.dev.num_truncated_captions}),
+            },
         }
 
     def checkpoint_extra(self) -> dict[str, Any]:
-        return {"vocab_path": str(self.vocab_path)}
+        return {"vocab_path": str(self.vocab_path), **vocab_identity(self.vocab)}
+
+    def check_checkpoint(self, state: dict[str, Any], where: str) -> None:
+        """Refuse a checkpoint trained with another vocabulary (resume)."""
+        check_vocab(state, self.vocab, self.vocab_path, where)
 
 
 def vocab_candidates(data: DataConfig) -> list[Path]:
@@ -108,6 +149,7 @@ def open_data_split(
             captions_per_image=data.captions_per_image,
             max_images=max_images,
             allow_nonfinite=data.allow_nonfinite,
+            max_caption_tokens=data.max_caption_tokens,
         )
     except DataNotFoundError as err:
         raise MissingDataError(f"{err}\n{DATA_HINT}") from err

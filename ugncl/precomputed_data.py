@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import mmap
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -76,10 +80,47 @@ class PrecomputedEvalData:
 
     def images(self, start: int, stop: int) -> Tensor:
         feats = self.source.features.slice(start, stop)
-        return torch.from_numpy(np.require(feats, np.float32, ["C", "W"]))
+        out = torch.from_numpy(np.require(feats, np.float32, ["C", "W"]))  # a copy: mmap is r/o
+        release_pages(feats)
+        return out
 
     def captions(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
         return pad_captions([np.asarray(self.source.tokens[k]) for k in range(start, stop)])
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop the pages of a memory-mapped array from this process once they were copied.
+
+    Evaluation reads a feature file once from front to back; without this every page read
+    stays mapped and counts in the process's resident memory (1.5 GB for COCO 5K). The file
+    stays in the page cache, a later read maps it again. No-op off Linux or for other arrays.
+    """
+    if not sys.platform.startswith("linux") or not array.size or not _is_mapped(array):
+        return
+    page = mmap.PAGESIZE
+    begin = array.ctypes.data
+    first = -(-begin // page) * page  # whole pages inside the array only
+    last = (begin + array.nbytes) // page * page
+    if last > first:
+        _libc().madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_DONTNEED)
+
+
+_MADV_DONTNEED = 4
+
+
+def _is_mapped(array: np.ndarray) -> bool:
+    """True for a view of a memory map (``np.load(mmap_mode="r")`` and slices of it)."""
+    base = array
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def as_eval_data(data: EvalData | PrecomputedSplit) -> EvalData:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from sgraf.checkpoint import build_model_from_config
 from sgraf.head import HEADS
 from sgraf.model import SGRAF
+from ugncl.config import ConfigError
 from ugncl.experiment import PrecomputedRunData, open_training_data
 from ugncl.similarity import SimilarityModel
 
@@ -27,6 +28,10 @@ class SGRAFConfig:
     """SGRAF network sizes (reference_implementations.md section 5.1)."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"head": HEADS}
+    RANGES: ClassVar[dict[str, str]] = {
+        "word_dim": ">=1", "img_dim": ">=1", "embed_dim": ">=1", "sim_dim": ">=1",
+        "num_regions": ">=1", "num_views": ">=1", "sgr_steps": ">=0", "word_dropout": "[0,1)",
+    }  # fmt: skip
 
     head: str = "sgr"
     word_dim: int = 300
@@ -50,7 +55,7 @@ def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
     the region count and feature size must match the features."""
     _, regions, dim = data.train.features.shape
     if (regions, dim) != (config.num_regions, config.img_dim):
-        raise ValueError(
+        raise ConfigError(
             f"features of {data.train.name}/{data.train.split} are {regions} regions x {dim} "
             f"dims but the model expects model.sgraf.num_regions={config.num_regions}, "
             f"model.sgraf.img_dim={config.img_dim}; set them to {regions} and {dim}"

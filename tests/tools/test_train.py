@@ -1,14 +1,20 @@
-"""tools/train.py end to end on a tiny synthetic split (CPU): records, resume, clear errors."""
+"""tools/train.py end to end on a tiny synthetic split (CPU): records, resume, clear errors;
+issue 9 hardening: consistent checkpoints after a kill, safe resume, no dead-end run
+directories, one run's records, vocabulary checks, one error contract."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
+from ugncl.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ugncl.engine.recorder import read_metrics
+from ugncl.engine.trainer import checkpoint_for_test
 
 
 @pytest.fixture
@@ -161,3 +167,168 @@ def test_eval_tool_single_and_ensemble(run_train, tool, tmp_path: Path, capsys) 
     truncated.write_bytes(best.read_bytes()[:100])
     assert eval_main([str(truncated)]) == 2
     assert "truncated or corrupt" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- issue 9 hardening
+
+
+def _ckpt(path: Path, epoch: int, best_epoch: int | None, tag: float) -> None:
+    save_checkpoint({"model": {}, "epoch": epoch, "best_epoch": best_epoch, "tag": tag}, path)
+
+
+def test_kill_between_last_and_best_is_repaired(tmp_path: Path) -> None:
+    # last.pt (epoch index 2) is the best, but the kill hit before best.pt was replaced.
+    _ckpt(tmp_path / "best.pt", 2, 1, tag=1.0)
+    _ckpt(tmp_path / "last.pt", 3, 2, tag=2.0)
+    path = checkpoint_for_test(tmp_path)
+    assert path == tmp_path / "best.pt" and load_checkpoint(path)["tag"] == 2.0
+    # best.pt lost although validation chose an earlier epoch: an error, never last.pt.
+    (tmp_path / "best.pt").unlink()
+    _ckpt(tmp_path / "last.pt", 3, 1, tag=3.0)
+    with pytest.raises(CheckpointError, match="best epoch 1"):
+        checkpoint_for_test(tmp_path)
+    # No validation ran: last.pt is what there is.
+    _ckpt(tmp_path / "last.pt", 3, None, tag=4.0)
+    assert checkpoint_for_test(tmp_path) == tmp_path / "last.pt"
+
+
+@pytest.fixture
+def args(tiny_world: Path, tmp_path: Path, tiny_model: list[str]):
+    def _args(name: str, *extra: str) -> list[str]:
+        return ["--set", *tiny_overrides(tiny_world, tmp_path, name, tiny_model, *extra)]
+
+    return _args
+
+
+def test_resume_is_safe_and_reads_as_one_run(tool, args, tmp_path: Path, capsys) -> None:
+    train = tool("train").main
+    common = ("train.warmup_epochs=0", "train.epochs=2", "train.amp=fp16")
+    assert train(["--cfg", "ugncl_synthetic", *args("r", *common, "data.max_caption_tokens=6",
+                                                    "train.stop_after_epochs=1")]) == 0  # fmt: skip
+    run = tmp_path / "r"
+    setup = next(r for r in read_metrics(run) if r["event"] == "setup")
+    assert setup["amp"] == "fp32" and setup["amp_requested"] == "fp16"  # CPU says fp32
+    assert setup["n_truncated_captions"]["train"] > 0 and "test" in setup["n_truncated_captions"]
+    capsys.readouterr()
+
+    # Overrides that change the experiment are refused by name; nothing is written.
+    before = (run / "metrics.jsonl").read_text()
+    for bad in ["data.noise_ratio=0.2", "model.sgraf.embed_dim=8", "method.ugncl.tau=0.5"]:
+        assert train(["--resume", str(run), "--set", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --resume cannot change " + bad.split("=")[0])
+    assert (run / "metrics.jsonl").read_text() == before
+
+    # A killed attempt of epoch 1: its records, a torn line and a 0-byte temp file.
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"event": "train", "epoch": 1, "step": 99, "killed": True}) + "\n")
+        f.write('{"event": "val", "epo')
+    (run / "checkpoints" / ".last.pt.x1y2.tmp").write_bytes(b"")
+    assert train(["--resume", str(run), "--set", "train.epochs=3",
+                  "train.stop_after_epochs=null"]) == 0  # fmt: skip
+    records = read_metrics(run)
+    assert not any(r.get("killed") for r in records)
+    assert not list((run / "checkpoints").glob("*.tmp")) and not list(run.glob("**/.*.tmp"))
+    assert [r["event"] for r in records].count("setup") == 1
+    assert [r["epoch"] for r in records if r["event"] == "val"] == [0, 1, 2]
+    resume = [r for r in records if r["event"] == "resume"]
+    assert len(resume) == 1 and resume[0]["epoch"] == 1
+    assert resume[0]["changes"]["train.epochs"] == [2, 3]
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["epochs"] == 3
+    test = [r for r in records if r["event"] == "test"]
+    assert len(test) == 1 and test[0]["checkpoint"].endswith("best.pt")
+    best = load_checkpoint(run / "checkpoints" / "best.pt")
+    assert test[0]["epoch"] == best["epoch"] - 1 == best["best_epoch"]
+    steps = [r["step"] for r in records if r["event"] == "train"]
+    assert steps == sorted(set(steps))
+
+    # Resuming the finished run changes nothing and says so.
+    capsys.readouterr()
+    assert train(["--resume", str(run)]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert read_metrics(run) == records
+
+    # Evaluation refuses another vocabulary by name: one word more, or the same words reordered.
+    eval_main = tool("eval").main
+    vocab = json.loads((Path(setup["vocab"])).read_text())
+    words = vocab["idx2word"]
+    words = [words[str(i)] for i in range(len(words))] if isinstance(words, dict) else words
+    for name, new in [
+        ("bigger", [*words, "zzzextra"]),
+        ("reordered", [*words[:4], words[5], words[4], *words[6:]]),
+    ]:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"word2idx": {w: i for i, w in enumerate(new)},
+                                    "idx2word": {str(i): w for i, w in enumerate(new)},
+                                    "idx": len(new)}))  # fmt: skip
+        assert eval_main([str(run / "checkpoints" / "best.pt"), "--vocab", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and ("words but" in err if name == "bigger" else "order" in err)
+
+
+def test_failed_setup_leaves_no_run_dir_and_killed_dir_resumes(
+    tool, args, tiny_world: Path, tmp_path: Path, capsys
+) -> None:
+    train = tool("train").main
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    (world / "synthetic_precomp" / "test_caps.txt").unlink()
+    rc = train(["--cfg", "ugncl_synthetic", *args("nt", "train.epochs=1"), f"data.root={world}"])
+    assert rc == 2 and "test_caps" in capsys.readouterr().err
+    assert not (tmp_path / "nt").exists() and not list(tmp_path.glob(".nt*"))
+
+    # A directory killed before its first checkpoint resumes from epoch 0 with its config.
+    assert train(["--cfg", "ugncl_synthetic", *args("k", "train.epochs=1",
+                                                    "train.warmup_epochs=0")]) == 0  # fmt: skip
+    straight = [r for r in read_metrics(tmp_path / "k") if r["event"] == "val"]
+    shutil.rmtree(tmp_path / "k" / "checkpoints")
+    (tmp_path / "k" / "checkpoints").mkdir()
+    assert train(["--cfg", "ugncl_synthetic", *args("k", "train.epochs=1")]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert train(["--resume", str(tmp_path / "k")]) == 0
+    records = read_metrics(tmp_path / "k")
+    assert [r["event"] for r in records].count("setup") == 1
+    val = [r for r in records if r["event"] == "val"]
+    assert [r["rsum"] for r in val] == [r["rsum"] for r in straight]
+
+
+BAD_SETTINGS = [
+    ("data.train_images=0", "data.train_images"),
+    ("train.batch_size=1000", "train.batch_size=1000 is larger than the training split"),
+    ("model.sgraf.num_views=0", "model.sgraf.num_views"),
+    ("model.sgraf.img_dim=32", "model.sgraf.img_dim=32"),
+    ("train.lr=nan", "train.lr' must be a finite number"),
+    ("train.threads=0", "train.threads"),
+]
+
+
+@pytest.mark.parametrize(("setting", "message"), BAD_SETTINGS)
+def test_bad_settings_are_one_error_line(tool, args, tmp_path, capsys, setting, message) -> None:
+    rc = tool("train").main(["--cfg", "ugncl_synthetic", *args("bad", setting)])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_tool_path_errors(tool, tmp_path: Path, capsys) -> None:
+    train, eval_main = tool("train").main, tool("eval").main
+    assert train(["--resume", str(tmp_path / "gone")]) == 2
+    err = capsys.readouterr().err
+    assert "no such run directory" in err and "configs" not in err
+    assert eval_main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "does not exist" not in err
+
+
+def test_eval_split_and_protocol_errors(tool, args, tmp_path: Path, capsys) -> None:
+    assert tool("train").main(["--cfg", "ugncl_synthetic",
+                               *args("e", "train.epochs=1", "train.warmup_epochs=0",
+                                     "eval.test_after_training=false")]) == 0  # fmt: skip
+    eval_main, best = tool("eval").main, str(tmp_path / "e" / "checkpoints" / "best.pt")
+    capsys.readouterr()
+    assert eval_main([best, "--split", "nope"]) == 2
+    assert "unknown split 'nope'" in capsys.readouterr().err
+    assert eval_main([best, "--protocol", "coco5fold"]) == 2
+    assert "5000 images" in capsys.readouterr().err
+    assert eval_main([best, "--eval-score", "evidence_mean_exp"]) == 0

@@ -75,7 +75,7 @@ def test_wrong_types_and_choices_are_errors() -> None:
         build_config({"train": {"batch_size": "big"}})
     with pytest.raises(ConfigError, match="model.sgraf.head' must be one of"):
         build_config({"model": {"sgraf": {"head": "sgraf"}}})
-    with pytest.raises(ConfigError, match=r"noise_ratio must be in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"data.noise_ratio' must be in \[0, 1\)"):
         build_config({"data": {"noise_ratio": 1.0}})
 
 
@@ -140,3 +140,35 @@ def test_registry_names_are_the_choices() -> None:
         build_config({"method": {"name": "npc"}})
     with pytest.raises(ConfigError, match=r"did you mean 'model\.sgraf\.embed_dim'"):
         build_config({"model": {"sgraf": {"embed_dimm": 8}}})
+
+
+def test_defaults_without_a_file_equal_base_yaml() -> None:
+    from ugncl.config import DEFAULT_BASE, load_yaml_tree
+
+    assert build_config({}).to_dict() == build_config(load_yaml_tree(DEFAULT_BASE)).to_dict()
+
+
+def test_eval_score_choices_come_from_the_evaluation_registry() -> None:
+    from ugncl.config import choices
+    from ugncl.evaluation import EVAL_SCORES
+
+    assert choices()["eval.eval_score"] == EVAL_SCORES
+    assert build_config({"eval": {"eval_score": "evidence_mean_exp"}}).eval.eval_score == (
+        "evidence_mean_exp"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tree", "key"),
+    [
+        ({"train": {"lr": float("nan")}}, "train.lr"),
+        ({"train": {"lr": 0.0}}, "train.lr"),
+        ({"train": {"threads": 0}}, "train.threads"),
+        ({"data": {"train_images": 0}}, "data.train_images"),
+        ({"model": {"sgraf": {"num_views": 0}}}, "model.sgraf.num_views"),
+        ({"train": {"grad_clip": float("inf")}}, "train.grad_clip"),
+    ],
+)
+def test_out_of_range_values_name_the_key(tree: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"config key '{key}' must be"):
+        build_config(tree)

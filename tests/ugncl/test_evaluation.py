@@ -106,8 +106,41 @@ def test_encode_split_encodes_each_image_once(tiny_split, monkeypatch):
             n = int(lengths[k])
             ids = torch.from_numpy(split.tokens[k].astype(np.int64))[None]
             words = model.encode_captions(ids, torch.tensor([n]))[0]
-            torch.testing.assert_close(enc.cap_emb[k, :n], words, rtol=1e-5, atol=1e-6)
-            assert not enc.cap_emb[k, n:].any(), "padding must be zero"
+            padded = enc.cap_emb.padded(torch.tensor([k]), int(lengths.max()))[0]
+            torch.testing.assert_close(padded[:n], words, rtol=1e-5, atol=1e-6)
+            assert not padded[n:].any(), "padding must be zero"
+
+
+def padded_like_before(model: SGRAF, split, batch_size: int) -> torch.Tensor:
+    """Caption features as encode_split kept them before packing: (n_cap, L_max, E), zeros."""
+    lengths = torch.as_tensor(split.tokens.lengths, dtype=torch.int64)
+    out = torch.zeros(len(lengths), int(lengths.max()), E)
+    model.eval()
+    with torch.no_grad():
+        for a in range(0, len(lengths), batch_size):
+            stop = min(a + batch_size, len(lengths))
+            ids, lens = pad_captions([split.tokens[k] for k in range(a, stop)])
+            words = model.encode_captions(ids, lens)
+            out[a : a + len(lens), : words.shape[1]] = words
+    return out
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_packed_caption_features_score_bit_identically(tiny_split, head):
+    split, vocab_size = tiny_split
+    model = tiny_model(vocab_size, head, 4)
+    enc = encode_split(model, split, batch_size=4)
+    before = padded_like_before(model, split, 4)
+    n_cap = before.shape[0]
+    assert enc.cap_emb.data.numel() < before.numel()  # stored without the padding
+    assert torch.equal(enc.cap_emb.padded(torch.arange(n_cap), before.shape[1]), before)
+    for budget in (20_000, 10**9):
+        with torch.no_grad():
+            got = model.score_all_pairs(enc.img_emb, enc.cap_emb, enc.lengths,
+                                        memory_budget_bytes=budget)  # fmt: skip
+            want = model.score_all_pairs(enc.img_emb, before, enc.lengths,
+                                         memory_budget_bytes=budget)  # fmt: skip
+        assert torch.equal(got, want)
 
 
 REDUCERS = {

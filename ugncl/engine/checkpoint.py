@@ -1,21 +1,32 @@
-"""Plain-dict checkpoints: atomic writes, strict loads with errors that say what to do."""
+"""Plain-dict checkpoints: atomic writes, strict loads with errors that say what to do.
+
+Errors are the package's one :class:`~precomputed.errors.CheckpointError` (a ``UserError``),
+raised by :func:`sgraf.checkpoint.read_torch_file` for unreadable files.
+"""
 
 from __future__ import annotations
 
 import os
-import zipfile
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from precomputed._io import atomic_open
+from precomputed.errors import CheckpointError
+from sgraf.checkpoint import read_torch_file
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "CheckpointError",
+    "clean_partial_files",
+    "copy_checkpoint",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 CHECKPOINT_VERSION = 1
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file is missing, truncated or not in a known layout."""
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
@@ -31,30 +42,34 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def copy_checkpoint(source: str | Path, path: str | Path) -> Path:
+    """Atomically make ``path`` a byte copy of the checkpoint ``source``."""
+    path = Path(path)
+    with open(source, "rb") as src, atomic_open(path, "wb") as handle:
+        shutil.copyfileobj(src, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return path
+
+
+def clean_partial_files(folder: str | Path) -> list[Path]:
+    """Delete temp files that an interrupted :func:`save_checkpoint` left (``.<name>.*.tmp``)."""
+    removed = []
+    for tmp in Path(folder).glob(".*.tmp"):
+        if tmp.is_file():
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a plain-dict checkpoint with ``weights_only=True``.
+    """Load a plain-dict checkpoint with ``weights_only=True`` (no code from the file runs).
 
     Raises:
-        CheckpointError: the file is missing, truncated/corrupt, or holds pickled objects.
+        CheckpointError: the file is missing, a directory, truncated/corrupt, holds pickled
+            objects, or is not a checkpoint of this package.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    size = path.stat().st_size
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as err:
-        raise CheckpointError(
-            f"checkpoint {path} ({size} bytes) is truncated or corrupt and cannot be read "
-            f"({type(err).__name__}: {err}). Use the other checkpoint of the run "
-            "(checkpoints/last.pt or best.pt) or re-run training."
-        ) from err
-    except Exception as err:  # pickle.UnpicklingError for pickled objects such as Namespace
-        raise CheckpointError(
-            f"checkpoint {path} holds objects that are not plain tensors/containers "
-            f"({err}). Released SGRAF/NCR/UGNCL checkpoints must be converted first: "
-            f"python tools/convert_checkpoint.py {path} OUT.pt"
-        ) from err
+    state = read_torch_file(path, map_location=map_location)
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(
             f"checkpoint {path} is not a checkpoint of this package (expected a dict with a "

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from precomputed.errors import InvalidSettingError
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -27,7 +29,7 @@ def select_device(name: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
+        raise InvalidSettingError(
             f"train.device={name!r} but CUDA is not available here; use train.device=auto or cpu"
         )
     return device
@@ -43,4 +45,4 @@ def select_precision(mode: str, device: torch.device) -> Precision:
         return Precision(torch.bfloat16, False)
     if mode == "fp16":
         return Precision(torch.float16, True)
-    raise ValueError(f"unknown amp mode {mode!r}; use auto, off, bf16 or fp16")
+    raise InvalidSettingError(f"unknown amp mode {mode!r}; use auto, off, bf16 or fp16")

@@ -5,30 +5,87 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from precomputed._io import atomic_open
+from precomputed.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 _HANDLER_TAG = "_ugncl_run_handler"
 
 
-class RunDirExistsError(FileExistsError):
+class RunDirExistsError(UserError, FileExistsError):
     """The run directory already holds a run; resume it or choose another name."""
 
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
-def create_run_dir(out_dir: str | Path, name: str, *, resume: bool = False) -> Path:
-    """Create ``out_dir/name`` with ``checkpoints/``; refuse to overwrite an existing run."""
-    run_dir = Path(out_dir) / name
-    if run_dir.exists() and any(run_dir.iterdir()) and not resume:
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """Refuse a run directory that exists and is not empty (before any work is done)."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise RunDirExistsError(
             f"run directory {run_dir} already holds a run; pass --resume {run_dir} to continue "
             "it, or choose another name with --set run.name=..."
         )
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+
+
+def create_run_dir(
+    out_dir: str | Path, name: str, *, populate: Callable[[Path], None] | None = None
+) -> Path:
+    """Create ``out_dir/name`` with ``checkpoints/``; refuse to overwrite an existing run.
+
+    The directory appears complete or not at all: it is built under a temporary name,
+    ``populate(tmp_dir)`` writes its first files (``config.yaml``), then it is renamed. So a
+    run directory always holds its config and ``--resume`` can continue it.
+    """
+    run_dir = Path(out_dir) / name
+    check_new_run_dir(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=run_dir.parent, prefix=f".{name}.", suffix=".partial"))
+    try:
+        (tmp / "checkpoints").mkdir()
+        if populate is not None:
+            populate(tmp)
+        if run_dir.is_dir():
+            run_dir.rmdir()  # empty (checked above); rename needs it gone
+        os.rename(tmp, run_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return run_dir
+
+
+def truncate_metrics(run_dir: str | Path, keep: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite ``metrics.jsonl`` with the records ``keep`` accepts (a torn last line is
+    dropped too); returns the number of records dropped."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the write a kill interrupted
+            dropped += 1
+            continue
+        if keep(record):
+            kept.append(line)
+        else:
+            dropped += 1
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{line}\n" for line in kept))
+    return dropped
 
 
 def setup_logging(log_file: Path | None, level: int = logging.INFO) -> None:
@@ -56,10 +113,14 @@ class MetricsRecorder:
     ``setup`` (seed, noise sha256) at the start of a run.
     """
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True) -> None:
+    def __init__(
+        self, run_dir: Path, *, tensorboard: bool = True, purge_step: int | None = None
+    ) -> None:
+        """``purge_step``: TensorBoard drops the events at steps >= it (a resumed run
+        rewrites the steps its killed attempt had written)."""
         self.path = run_dir / "metrics.jsonl"
         self._file = self.path.open("a", encoding="utf-8")
-        self._tb = _open_tensorboard(run_dir / "tb") if tensorboard else None
+        self._tb = _open_tensorboard(run_dir / "tb", purge_step) if tensorboard else None
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append one record; TensorBoard x-axis = ``step`` if given, else ``epoch``."""
@@ -99,10 +160,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _open_tensorboard(path: Path):
+def _open_tensorboard(path: Path, purge_step: int | None = None):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is an install dependency; stay usable without it
         logger.warning("tensorboard is not installed; %s will not be written", path)
         return None
-    return SummaryWriter(log_dir=str(path))
+    return SummaryWriter(log_dir=str(path), purge_step=purge_step)

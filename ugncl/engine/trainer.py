@@ -21,7 +21,14 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from ugncl.data import PairBatch, TrainingData
-from ugncl.engine.checkpoint import CHECKPOINT_VERSION, load_checkpoint, save_checkpoint
+from ugncl.engine.checkpoint import (
+    CHECKPOINT_VERSION,
+    CheckpointError,
+    clean_partial_files,
+    copy_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from ugncl.engine.context import MethodContext, StepContext
 from ugncl.engine.device import Precision
 from ugncl.engine.recorder import MetricsRecorder
@@ -243,24 +250,31 @@ class Trainer:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, which: str, epoch: int) -> dict[str, Any]:
+    def evaluate(self, which: str, epoch: int, **extra: Any) -> dict[str, Any]:
         """Rank the evaluator's ``which`` split ("val" | "test"), write one record per
-        protocol section (e.g. COCO ``testall/5fold`` and ``testall/5k``); returns the first."""
+        protocol section (e.g. COCO ``testall/5fold`` and ``testall/5k``) with ``extra``
+        fields; returns the first. Records carry the global step (TensorBoard's x-axis)."""
         if self.evaluator is None:
             raise RuntimeError("this trainer has no evaluator")
         results = self.evaluator.evaluate(self.model, which)
         for name, metrics in results.items():
-            self.recorder.write(which, epoch=epoch, split=name, **metrics)
+            self.recorder.write(
+                which, epoch=epoch, step=self.global_step, split=name, **extra, **metrics
+            )
             logger.info("%s %s epoch %d: %s", which, name, epoch, _format(metrics))
         return next(iter(results.values()))
 
     def test(self) -> dict[str, Any]:
-        """Evaluate the best checkpoint (the last one when no validation ran) on the test split."""
-        best = self.run_dir / "checkpoints" / "best.pt"
-        path = best if best.is_file() else self.run_dir / "checkpoints" / "last.pt"
+        """Evaluate the best checkpoint (the last one when no validation ran) on the test split.
+
+        The record names the file and the epoch of the weights (``checkpoint``, ``epoch``).
+        """
+        path = checkpoint_for_test(self.run_dir / "checkpoints")
         state = load_checkpoint(path, map_location=self.device)
         self.model.load_state_dict(state["model"])
-        return self.evaluate("test", int(state["epoch"]) - 1)
+        epoch = int(state["epoch"]) - 1
+        logger.info("testing %s (weights of epoch %d)", path, epoch)
+        return self.evaluate("test", epoch, checkpoint=str(path))
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(self, epoch: int, val: dict[str, Any] | None) -> None:
@@ -268,10 +282,11 @@ class Trainer:
         is_best = val is not None and val["rsum"] > self.best_rsum
         if is_best:
             self.best_rsum, self.best_epoch = val["rsum"], epoch
-        state = self.state_dict(val)
-        save_checkpoint(state, ckpt_dir / "last.pt")
+        # last.pt first, then best.pt as its copy: last.pt names the best epoch, so a kill
+        # between the two writes is repaired from last.pt itself (ensure_best).
+        save_checkpoint(self.state_dict(val), ckpt_dir / "last.pt")
         if is_best:
-            save_checkpoint(state, ckpt_dir / "best.pt")
+            copy_checkpoint(ckpt_dir / "last.pt", ckpt_dir / "best.pt")
             logger.info("epoch %d: new best rsum %.2f -> %s", epoch, self.best_rsum, ckpt_dir)
 
     def state_dict(self, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -296,11 +311,16 @@ class Trainer:
             **self.checkpoint_extra,
         }
 
-    def resume(self, path: str | Path) -> None:
-        """Restore model, optimiser, schedule, scaler, counters, RNG and method state."""
-        state = load_checkpoint(path, map_location=self.device)
+    def resume(self, path: str | Path, state: dict[str, Any] | None = None) -> None:
+        """Restore model, optimiser, schedule, scaler, counters, RNG and method state from
+        ``path`` (``state``: its content, already loaded). Leftover temp files of an
+        interrupted write are deleted and a ``best.pt`` cut off by a kill is restored."""
+        clean_partial_files(Path(path).parent)
+        ensure_best(Path(path).parent)
+        if state is None:
+            state = load_checkpoint(path, map_location=self.device)
         if state.get("method") != self.method.name:
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint {path} was written by method {state.get('method')!r}, "
                 f"this run uses {self.method.name!r}"
             )
@@ -316,6 +336,48 @@ class Trainer:
         self.best_epoch = state["best_epoch"]
         self.setup_done = True  # setup's products are in the method state
         logger.info("resumed from %s at epoch %d, step %d", path, self.epoch, self.global_step)
+
+
+def _epoch_of(path: Path) -> int | None:
+    """Index of the epoch whose weights ``path`` holds (None: no such file)."""
+    if not path.is_file():
+        return None
+    return int(load_checkpoint(path)["epoch"]) - 1
+
+
+def ensure_best(ckpt_dir: Path) -> Path | None:
+    """Make ``best.pt`` hold the epoch ``last.pt`` names as best, repairing a kill between the
+    ``last.pt`` and ``best.pt`` writes; returns ``best.pt`` (None: no validation ran).
+
+    Raises:
+        CheckpointError: validation chose an epoch whose weights neither file holds.
+    """
+    last, best = ckpt_dir / "last.pt", ckpt_dir / "best.pt"
+    state = load_checkpoint(last)
+    best_epoch = state.get("best_epoch")
+    if best_epoch is None:
+        return None
+    if _epoch_of(best) == best_epoch:
+        return best
+    if int(state["epoch"]) - 1 == best_epoch:  # last.pt is the best: the copy was cut off
+        logger.warning("%s is missing or stale; restoring it from %s (epoch %d)",
+                       best, last, best_epoch)  # fmt: skip
+        copy_checkpoint(last, best)
+        return best
+    raise CheckpointError(
+        f"{best} does not hold the best epoch {best_epoch} that {last} names (the file is "
+        f"missing or was replaced); the best weights are lost. Evaluate {last} with "
+        "tools/eval.py, or re-run training"
+    )
+
+
+def checkpoint_for_test(ckpt_dir: Path) -> Path:
+    """The checkpoint the final test uses: ``best.pt`` when validation ran (never a silent
+    fallback to ``last.pt``), else ``last.pt``."""
+    last = ckpt_dir / "last.pt"
+    if not last.is_file():
+        raise CheckpointError(f"{last} does not exist: the run has no checkpoint to test")
+    return ensure_best(ckpt_dir) or last
 
 
 def _progress(loader: DataLoader, epoch: int, total_epochs: int) -> Iterator[PairBatch]:
