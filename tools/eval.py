@@ -1,9 +1,12 @@
 """Evaluate one or more checkpoints: ``python tools/eval.py CKPT [CKPT ...]``.
 
-Each split is encoded once per model and scored in shards; several checkpoints average their
-score matrices (an SGR and an SAF model = "SGRAF"; two UGNCL models = UGNCL*). Data settings
-come from the first checkpoint's saved config; ``--data-root``/``--name``/``--vocab`` override
-them (needed for checkpoints converted from the released SGRAF/NCR/UGNCL files).
+A CLIP weights file of this package (``tools/pretrain_clip.py``'s stand-in) evaluates zero-shot:
+``python tools/eval.py data/synthetic/clip/ugncl-tiny-pretrained.pt --data-root data/synthetic
+--name synthetic_clip --eval-score raw``. Each split is encoded once per model and scored in
+shards; several checkpoints average their score matrices (an SGR and an SAF model = "SGRAF";
+two UGNCL models = UGNCL*). Data settings come from the first checkpoint's saved config;
+``--data-root``/``--name``/``--vocab`` override them (needed for checkpoints converted from the
+released SGRAF/NCR/UGNCL files).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import torch
 
 from precomputed.errors import UserError
 from ugncl.build import BACKBONES, build_method, model_from_checkpoint
+from ugncl.clip.backbone import clip_from_weights_file
+from ugncl.clip.loading import WeightsError
 from ugncl.config import Config, ConfigError, DataConfig, build_config
 from ugncl.engine.checkpoint import CheckpointError, load_checkpoint
 from ugncl.engine.device import select_device
@@ -66,7 +71,8 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
     if not saved and (args.data_root is None or args.name is None):
         raise ConfigError(
             f"{args.checkpoints[0]} carries no training config; pass --data-root, --name and "
-            "--vocab (and --captions-per-image 1 for CC152K)"
+            "--vocab (and --captions-per-image 1 for CC152K); for CLIP weights --data-root and "
+            "--name (e.g. data/synthetic and synthetic_clip)"
         )
     if args.eval_score:
         eval_config = dataclasses.replace(config.eval, eval_score=args.eval_score)
@@ -75,7 +81,16 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
 
 
 def load_model(path: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    state = load_checkpoint(path, map_location="cpu")
+    """A training checkpoint, or a CLIP weights file of this package (zero-shot; no saved
+    config: pass --data-root and --name)."""
+    try:
+        state = load_checkpoint(path, map_location="cpu")
+    except CheckpointError as err:
+        try:
+            model = clip_from_weights_file(path)
+        except WeightsError:
+            raise err from None
+        return model.to(device), {}
     return model_from_checkpoint(state).to(device), state
 
 
@@ -85,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded = [load_model(path, device) for path in args.checkpoints]
         data, config = data_config(loaded[0][1], args)
-        model, state = loaded[0]
-        spec = BACKBONES[state.get("backbone") or "sgraf"]
+        model = loaded[0][0]
+        spec = BACKBONES[getattr(model, "backbone", "") or "sgraf"]
         split = as_eval_data(spec.open_eval_split(data, args.split or data.test_split, model))
     except (CheckpointError, ConfigError, MissingDataError, UserError) as err:
         print(f"error: {err}", file=sys.stderr)

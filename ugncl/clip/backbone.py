@@ -18,7 +18,7 @@ from typing import Any
 from ugncl.config import ConfigError
 
 from .adapter import CLIPSimilarity, build_clip
-from .loading import WeightsError
+from .loading import WEIGHTS_FORMAT_KEY, WeightsError, read_weights
 from .models import TINY_MODEL
 from .run_data import CLIPRunData, ImageEvalData, open_clip_split
 
@@ -28,6 +28,7 @@ __all__ = [
     "build_clip_backbone",
     "clip_eval_split",
     "clip_from_config",
+    "clip_from_weights_file",
     "pretrained_path",
 ]
 
@@ -113,6 +114,25 @@ def clip_from_config(config: dict[str, Any]) -> CLIPSimilarity:
     )  # fmt: skip
     model.config["pretrained"] = config.get("pretrained")
     return model
+
+
+def clip_from_weights_file(path: str | Path) -> CLIPSimilarity:
+    """A weights file written by this package (:func:`~ugncl.clip.adapter.save_clip_weights`,
+    e.g. ``tools/pretrain_clip.py``'s stand-in) as a model: zero-shot evaluation.
+
+    Raises:
+        WeightsError: unreadable, or not such a file (it records its architecture).
+    """
+    saved = read_weights(path).meta.get(WEIGHTS_FORMAT_KEY)
+    if not isinstance(saved, dict) or "model_name" not in saved:
+        raise WeightsError(
+            f"{path} is neither a training checkpoint nor a CLIP weights file of this package "
+            "(tools/pretrain_clip.py writes those; they record their architecture)"
+        )
+    return build_clip(
+        saved["model_name"], path, saved.get("quick_gelu"),
+        image_size=saved.get("image_size"), context_length=saved.get("context_length"),
+    )  # fmt: skip
 
 
 def clip_eval_split(data: Any, split: str, model: CLIPSimilarity) -> ImageEvalData:
