@@ -165,3 +165,12 @@ def test_missing_weights_or_images_are_one_clear_error(
     assert run_clip("bad", *extra) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
+
+
+@pytest.mark.parametrize("cfg", ["clip_flickr", "clip_coco", "clip_cc120k"])
+def test_paper_configs_ask_for_the_weights_first(tool, tmp_path: Path, capsys, cfg: str) -> None:
+    args = ["--cfg", cfg, "--set", f"run.out_dir={tmp_path}", "run.name=r"]
+    assert tool("train").main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model.clip.pretrained is not set") and "ViT-B-32" in err
+    assert "README 'CLIP weights'" in err

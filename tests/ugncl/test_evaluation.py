@@ -226,3 +226,10 @@ def test_evaluate_scores_bad_input():
 )
 def test_default_protocol(name, split, expected):
     assert default_protocol(name, split) == expected
+
+
+def test_coco_test_of_5k_images_is_the_5fold_protocol():
+    # The NPC/SDD/OSA raw-image layout names COCO's 5K test set "test".
+    assert default_protocol("coco", "test", 5000) == "coco5fold"
+    assert default_protocol("coco", "test", 1000) == "1k"
+    assert default_protocol("f30k", "test", 5000) == "1k"

@@ -248,7 +248,11 @@ class CLIPRunData:
 
 def open_clip_data(config: Any) -> CLIPRunData:
     """The run's raw-image data from ``config.data`` (the backbone registry's ``open_data``):
-    the training split with the noise index of the shared rules, and the dev subset."""
+    the training split with the noise index of the shared rules, and the dev subset. The
+    weights setting is checked first, before any image is looked at."""
+    from .backbone import pretrained_path  # the backbone module imports this one
+
+    pretrained_path(config.model.clip)
     data: DataConfig = config.data
     train = open_clip_split(data, data.train_split, max_images=data.train_images)
     noise, source = training_noise(data, train)
