@@ -98,3 +98,19 @@ def test_clip_method_is_the_mean_symmetric_info_nce():
     assert model.s.grad is not None and torch.isfinite(model.s.grad).all()
     raw = torch.randn(1, 3, 4)
     assert torch.equal(method.retrieval_score(raw), raw[0])
+
+
+def test_scores_stay_float32_under_autocast():
+    from ugncl.clip.adapter import build_clip
+    from ugncl.clip.models import TINY_MODEL
+
+    torch.manual_seed(0)
+    model = build_clip(TINY_MODEL, image_size=32, context_length=16).eval()
+    img = torch.nn.functional.normalize(torch.randn(3, 128), dim=-1)
+    cap = torch.nn.functional.normalize(torch.randn(4, 128), dim=-1)
+    exact = model.score(img, cap)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        raw = model.score(img.bfloat16(), cap.bfloat16())
+    assert raw.dtype == torch.float32 and raw.shape == (1, 3, 4)
+    # Only the inputs' bf16 rounding remains (about 2**-8 relative), not the product's.
+    torch.testing.assert_close(raw, exact, atol=0.1, rtol=0.02)
