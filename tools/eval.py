@@ -1,9 +1,12 @@
 """Evaluate one or more checkpoints: ``python tools/eval.py CKPT [CKPT ...]``.
 
-Each split is encoded once per model and scored in shards; several checkpoints average their
-score matrices (an SGR and an SAF model = "SGRAF"; two UGNCL models = UGNCL*). Data settings
-come from the first checkpoint's saved config; ``--data-root``/``--name``/``--vocab`` override
-them (needed for checkpoints converted from the released SGRAF/NCR/UGNCL files).
+A CLIP weights file of this package (``tools/pretrain_clip.py``'s stand-in) evaluates zero-shot:
+``python tools/eval.py data/synthetic/clip/ugncl-tiny-pretrained.pt --data-root data/synthetic
+--name synthetic_clip --eval-score raw``. Each split is encoded once per model and scored in
+shards; several checkpoints average their score matrices (an SGR and an SAF model = "SGRAF";
+two UGNCL models = UGNCL*). Data settings come from the first checkpoint's saved config;
+``--data-root``/``--name``/``--vocab`` override them (needed for checkpoints converted from the
+released SGRAF/NCR/UGNCL files).
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ from pathlib import Path
 import torch
 
 from precomputed.errors import InvalidSettingError
-from ugncl.build import build_method, model_from_checkpoint
+from ugncl.build import BACKBONES, build_method, model_from_checkpoint
 from ugncl.cli import cli_main
+from ugncl.clip.backbone import clip_from_weights_file
+from ugncl.clip.loading import WeightsError
 from ugncl.config import Config, ConfigError, DataConfig, build_config, choices
-from ugncl.engine.checkpoint import load_checkpoint
+from ugncl.engine.checkpoint import CheckpointError, load_checkpoint
 from ugncl.engine.device import select_device
 from ugncl.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
-from ugncl.experiment import check_vocab, open_data_split, open_vocab
+from ugncl.experiment import check_vocab, open_vocab
+from ugncl.precomputed_data import as_eval_data
 
 COCO_TESTALL_IMAGES = 5000
 
@@ -67,7 +73,8 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
     if not saved and (args.data_root is None or args.name is None):
         raise ConfigError(
             f"{args.checkpoints[0]} carries no training config; pass --data-root, --name and "
-            "--vocab (and --captions-per-image 1 for CC152K)"
+            "--vocab (and --captions-per-image 1 for CC152K); for CLIP weights --data-root and "
+            "--name (e.g. data/synthetic and synthetic_clip)"
         )
     if args.eval_score:
         eval_config = dataclasses.replace(config.eval, eval_score=args.eval_score)
@@ -76,7 +83,16 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
 
 
 def load_model(path: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    state = load_checkpoint(path, map_location="cpu")
+    """A training checkpoint, or a CLIP weights file of this package (zero-shot; no saved
+    config: pass --data-root and --name)."""
+    try:
+        state = load_checkpoint(path, map_location="cpu")
+    except CheckpointError as err:
+        try:
+            model = clip_from_weights_file(path)
+        except WeightsError:
+            raise err from None
+        return model.to(device), {}
     return model_from_checkpoint(state).to(device), state
 
 
@@ -88,15 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     device = select_device(args.device)
     loaded = [load_model(path, device) for path in args.checkpoints]
     data, config = data_config(loaded[0][1], args)
-    vocab, vocab_path = open_vocab(data)
-    for path, (_, state) in zip(args.checkpoints, loaded):
-        check_vocab(state, vocab, vocab_path, path)
-    split = open_data_split(data, args.split or data.test_split, vocab)
-    protocol = args.protocol or default_protocol(data.name, split.split)
-    if protocol == "coco5fold" and split.num_images != COCO_TESTALL_IMAGES:
+    model = loaded[0][0]
+    backbone = getattr(model, "backbone", "") or "sgraf"
+    if backbone == "sgraf":  # caption ids index the vocabulary each checkpoint was trained with
+        vocab, vocab_path = open_vocab(data)
+        for path, (_, state) in zip(args.checkpoints, loaded):
+            check_vocab(state, vocab, vocab_path, path)
+    split = as_eval_data(
+        BACKBONES[backbone].open_eval_split(data, args.split or data.test_split, model)
+    )
+    num_images = len(split.caption_to_image) // max(1, data.captions_per_image)
+    protocol = args.protocol or default_protocol(data.name, split.split, num_images)
+    if protocol == "coco5fold" and num_images != COCO_TESTALL_IMAGES:
         raise InvalidSettingError(
             f"--protocol coco5fold needs the {COCO_TESTALL_IMAGES} images of COCO testall; "
-            f"{data.name}/{split.split} has {split.num_images}. Use --protocol full or 1k"
+            f"{data.name}/{split.split} has {num_images}. Use --protocol full or 1k"
         )
     eval_score = config.eval.eval_score
     results, _ = evaluate_models(

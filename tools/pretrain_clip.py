@@ -1,6 +1,6 @@
 """Pretrain the tiny CLIP on a clean pool of synthetic scenes (the stand-in for web data).
 
-``python tools/pretrain_clip.py [--data data/synthetic] [--steps 1500] [--pool 8000]``
+``python tools/pretrain_clip.py [--data data/synthetic] [--steps 400] [--pool 8000]``
 
 Draws a pool of scenes from the synthetic world's generators on a stream disjoint from the
 train/dev/test splits (scenes equal to a split scene are redrawn), renders them with

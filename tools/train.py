@@ -1,4 +1,4 @@
-"""Train a method on precomputed features: ``python tools/train.py --cfg ugncl_flickr.yaml``.
+"""Train a method: ``python tools/train.py --cfg ugncl_flickr.yaml`` (or ``clip_synthetic``).
 
 A bare config name is looked up in ``configs/``; ``--set a.b=value`` overrides any key;
 ``--resume RUN_DIR`` continues a run from its ``checkpoints/last.pt`` with its saved config

@@ -292,15 +292,17 @@ def ensemble(scores: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-def default_protocol(dataset_name: str, split: str) -> str:
+def default_protocol(dataset_name: str, split: str, num_images: int | None = None) -> str:
     """The published protocol of a dataset split.
 
-    COCO ``testall`` (5K images) -> ``"coco5fold"`` (five 1K folds and the 5K matrix);
+    COCO ``testall`` (5K images), or a COCO ``test`` of 5000 images (the NPC/SDD/OSA raw-image
+    layout keeps the 5K test set under that name) -> ``"coco5fold"`` (five 1K folds and the 5K
+    matrix);
     Flickr30K ``test`` and CC152K ``test`` (1K images each) and COCO ``test`` -> ``"1k"``;
     anything else (dev splits, the synthetic world) -> ``"full"``.
     """
     name, split = dataset_name.lower(), split.lower()
-    if "coco" in name and split == "testall":
+    if "coco" in name and (split == "testall" or (split == "test" and num_images == 5000)):
         return "coco5fold"
     if split == "test" and any(
         tag in name for tag in ("coco", "f30k", "flickr", "cc152k", "cc120k")
@@ -381,7 +383,7 @@ def evaluate_models(
     if not models:
         raise ValueError("evaluate_models needs at least one model")
     data = as_eval_data(split)
-    protocol = protocol or default_protocol(data.name, data.split)
+    protocol = protocol or default_protocol(data.name, data.split, data.num_images)
     mats = []
     for model in models:
         encoded = encode_split(model, data, batch_size=batch_size, device=device)
@@ -448,7 +450,9 @@ class Evaluator:
     def evaluate(self, model: nn.Module, which: str) -> dict[str, dict[str, float]]:
         """``{record split name: metrics}``; the headline section first."""
         data = self.data(which)
-        protocol = "full" if which == "val" else default_protocol(data.name, data.split)
+        protocol = (
+            "full" if which == "val" else default_protocol(data.name, data.split, data.num_images)
+        )
         results, _ = evaluate_models(
             [model],
             data,

@@ -151,8 +151,8 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
 
     # Open and check everything before the run directory exists.
     data = open_run_data(config)
+    model = build_model(config, data)  # a raw-image source takes its transforms from the model
     test_split = data.open_test() if config.eval.test_after_training else None
-    model = build_model(config, data)
     training_data = data.training_data()
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(

@@ -134,9 +134,11 @@ def test_relative_data_paths_are_stored_absolute(tmp_path: Path, monkeypatch) ->
 def test_registry_names_are_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"train.optimizer' must be one of \('adam', 'adamw'\)"):
         build_config({"train": {"optimizer": "sgd"}})
-    with pytest.raises(ConfigError, match=r"model.backbone' must be one of \('sgraf',\)"):
-        build_config({"model": {"backbone": "clip"}})
-    with pytest.raises(ConfigError, match=r"method.name' must be one of \('ugncl', 'triplet'\)"):
+    with pytest.raises(ConfigError, match=r"model.backbone' must be one of \('sgraf', 'clip'\)"):
+        build_config({"model": {"backbone": "blip"}})
+    with pytest.raises(
+        ConfigError, match=r"method.name' must be one of \('ugncl', 'triplet', 'clip'\)"
+    ):
         build_config({"method": {"name": "npc"}})
     with pytest.raises(ConfigError, match=r"did you mean 'model\.sgraf\.embed_dim'"):
         build_config({"model": {"sgraf": {"embed_dimm": 8}}})

@@ -270,3 +270,10 @@ def test_evidence_score_follows_the_evidence_function() -> None:
     assert not torch.allclose(tanh_score, view_reducer("evidence", tau=0.1)(raw))
     with pytest.raises(ValueError, match="evidence function"):
         view_reducer("evidence", function="relu")
+
+
+def test_coco_test_of_5k_images_is_the_5fold_protocol():
+    # The NPC/SDD/OSA raw-image layout names COCO's 5K test set "test".
+    assert default_protocol("coco", "test", 5000) == "coco5fold"
+    assert default_protocol("coco", "test", 1000) == "1k"
+    assert default_protocol("f30k", "test", 5000) == "1k"

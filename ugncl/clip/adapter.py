@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ugncl.engine.checkpoint import save_checkpoint
+from ugncl.similarity import SimilarityModel
 
 from .loading import (
     WEIGHTS_FORMAT_KEY,
@@ -34,7 +35,7 @@ __all__ = ["DEFAULT_MEMORY_BUDGET", "CLIPSimilarity", "build_clip", "save_clip_w
 DEFAULT_MEMORY_BUDGET = 256 << 20
 
 
-class CLIPSimilarity(nn.Module):
+class CLIPSimilarity(SimilarityModel):
     """An open_clip ``CLIP`` as a one-view similarity model.
 
     Attributes:
@@ -95,8 +96,15 @@ class CLIPSimilarity(nn.Module):
         return F.normalize(self.model.encode_text(captions), dim=-1)
 
     def score(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor | None = None) -> Tensor:
-        """(n_img, d), (n_cap, d) -> (1, n_img, n_cap) raw scores ``logit_scale.exp() * cos``."""
-        return (self.logit_scale.exp() * img_emb @ cap_emb.t()).unsqueeze(0)
+        """(n_img, d), (n_cap, d) -> (1, n_img, n_cap) raw float32 scores
+        ``logit_scale.exp() * cos``.
+
+        Computed in float32 with autocast off: on the x~100 scale bf16 would round a logit by
+        up to 0.25 (fp16 by 0.03), and the (K, K) product is cheap next to the encoders.
+        """
+        with torch.autocast(img_emb.device.type, enabled=False):
+            scale = self.logit_scale.float().exp()
+            return (scale * img_emb.float() @ cap_emb.float().t()).unsqueeze(0)
 
     def forward(self, images: Tensor, captions: Tensor, lengths: Tensor | None = None) -> Tensor:
         """(n_img, 3, H, W), (n_cap, ctx) -> (1, n_img, n_cap) raw scores."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ugncl.engine.context import MethodContext, StepContext
 from ugncl.methods.base import Method
+from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl import UGNCLConfig, UGNCLMethod
 
@@ -24,10 +25,13 @@ class MethodSpec:
 METHODS: dict[str, MethodSpec] = {
     "ugncl": MethodSpec(UGNCLConfig, UGNCLMethod),
     "triplet": MethodSpec(TripletConfig, TripletMethod),
+    "clip": MethodSpec(CLIPMethodConfig, CLIPMethod),
 }
 
 __all__ = [
     "METHODS",
+    "CLIPMethod",
+    "CLIPMethodConfig",
     "Method",
     "MethodContext",
     "MethodSpec",
