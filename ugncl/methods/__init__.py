@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from ugncl.engine.context import MethodContext, StepContext
 from ugncl.methods.base import Method
+from ugncl.methods.npc import NPCConfig, NPCMethod
+from ugncl.methods.osa import OSAConfig, OSAMethod
+from ugncl.methods.sdd import SDDConfig, SDDMethod
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl import UGNCLConfig, UGNCLMethod
 
@@ -24,6 +27,9 @@ class MethodSpec:
 METHODS: dict[str, MethodSpec] = {
     "ugncl": MethodSpec(UGNCLConfig, UGNCLMethod),
     "triplet": MethodSpec(TripletConfig, TripletMethod),
+    "npc": MethodSpec(NPCConfig, NPCMethod),
+    "sdd": MethodSpec(SDDConfig, SDDMethod),
+    "osa": MethodSpec(OSAConfig, OSAMethod),
 }
 
 __all__ = [
@@ -31,6 +37,12 @@ __all__ = [
     "Method",
     "MethodContext",
     "MethodSpec",
+    "NPCConfig",
+    "NPCMethod",
+    "OSAConfig",
+    "OSAMethod",
+    "SDDConfig",
+    "SDDMethod",
     "StepContext",
     "TripletConfig",
     "TripletMethod",

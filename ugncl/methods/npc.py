@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ugncl.clip.losses import as_logit_matrix, info_nce_per_sample, weighted_mean
+from ugncl.methods.base import Method
 from ugncl.methods.memory_bank import MemoryBank, build_memory_bank, gmm_clean_set
 from ugncl.methods.passes import pair_fetcher, scan_training_set
 from ugncl.methods.siamese import OneStepLosses, SiameseCopy
@@ -169,7 +170,7 @@ class NPCConfig:
     bank_file: str = "npc_memory_bank.npz"
 
 
-class NPCMethod(nn.Module):
+class NPCMethod(Method):
     """NPC on a CLIP-like ``SimilarityModel`` (W = 1, logit-scaled scores).
 
     Args:
@@ -188,6 +189,7 @@ class NPCMethod(nn.Module):
     """
 
     name = "npc"
+    epoch_record = "noise_detection"
 
     def __init__(
         self,
@@ -209,8 +211,7 @@ class NPCMethod(nn.Module):
         bank_file: str = "npc_memory_bank.npz",
         eval_score: str = "raw",
     ) -> None:
-        super().__init__()
-        self.eval_score = eval_score
+        super().__init__(eval_score=eval_score)
         if weighting not in ("per_sample", "batch_scalar"):
             raise ValueError(f"npc weighting must be per_sample or batch_scalar, got {weighting!r}")
         if bank_loss not in ("trainable", "released"):
@@ -256,6 +257,8 @@ class NPCMethod(nn.Module):
 
     def on_epoch_start(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
         """Noise-detection record of the significance weights of the previous epoch."""
+        if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
+            self.setup(ctx)
         w = self.core.epoch_weights
         if epoch == 0 or w is None or not np.isfinite(w).any():
             return None
@@ -291,10 +294,6 @@ class NPCMethod(nn.Module):
             "weight_mean": w.mean().detach(),
             "siamese_loss": res.step_loss,
         }
-
-    def retrieval_score(self, raw: Tensor) -> Tensor:
-        """``(W, n_img, n_cap) -> (n_img, n_cap)``: the mean over views (CLIP: W = 1)."""
-        return raw.mean(dim=0)
 
     def stats(self) -> dict[str, Any]:
         return dict(self._last)
