@@ -30,6 +30,7 @@ from ugncl.methods.passes import pair_fetcher, scan_training_set
 from ugncl.methods.siamese import OneStepLosses, SiameseCopy
 from ugncl.methods.weights import significance_weight
 from ugncl.noise_detection import detection_record
+from ugncl.optim import build_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +43,18 @@ def pair_logits(model: nn.Module, batch: Any) -> Tensor:
 
 
 def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_decay: float):
-    """The releases' optimiser for the siamese copy (NPC main_NPC.py:84-89)."""
+    """The siamese copy's AdamW (release settings, NPC main_NPC.py:84-89).
 
-    def make(params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    Its weight decay exempts the parameters the run's own optimiser exempts (biases, norms,
+    embeddings, logit_scale; :func:`ugncl.optim.parameter_groups`), so the copy's step is the
+    step the model would take; the release decays every parameter of both optimisers alike.
+    """
+
+    def make(params: list[nn.Parameter], module: nn.Module) -> torch.optim.Optimizer:
+        return build_optimizer(
+            "adamw", params, modules=[module], lr=lr, weight_decay=weight_decay, betas=betas,
+            eps=eps,
+        )  # fmt: skip
 
     return make
 
