@@ -16,12 +16,14 @@ from pathlib import Path
 
 import torch
 
-from ugncl.build import build_method, model_from_checkpoint
+from precomputed.errors import UserError
+from ugncl.build import BACKBONES, build_method, model_from_checkpoint
 from ugncl.config import Config, ConfigError, DataConfig, build_config
 from ugncl.engine.checkpoint import CheckpointError, load_checkpoint
 from ugncl.engine.device import select_device
 from ugncl.evaluation import evaluate_models, metric_table
-from ugncl.experiment import MissingDataError, open_data_split, open_vocab
+from ugncl.experiment import MissingDataError
+from ugncl.precomputed_data import as_eval_data
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -83,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded = [load_model(path, device) for path in args.checkpoints]
         data, config = data_config(loaded[0][1], args)
-        vocab, _ = open_vocab(data)
-        split = open_data_split(data, args.split or data.test_split, vocab)
-    except (CheckpointError, ConfigError, MissingDataError) as err:
+        model, state = loaded[0]
+        spec = BACKBONES[state.get("backbone") or "sgraf"]
+        split = as_eval_data(spec.open_eval_split(data, args.split or data.test_split, model))
+    except (CheckpointError, ConfigError, MissingDataError, UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     eval_score = config.eval.eval_score

@@ -1,7 +1,9 @@
 """Generate the synthetic world (the embedded default dataset) in the SCAN/NCR layout.
 
-Example: ``python tools/make_synthetic.py`` writes ``data/synthetic/synthetic_precomp/`` and
-``data/synthetic/synthetic_precomp_vocab.json``; see ``--help`` for every option.
+Example: ``python tools/make_synthetic.py`` writes ``data/synthetic/synthetic_precomp/``,
+``data/synthetic/synthetic_precomp_vocab.json`` and the same scenes as images in the CLIP layout,
+``data/synthetic/synthetic_clip/`` (``--image-size 0`` skips them; ``tools/render_synthetic.py``
+renders them later); see ``--help`` for every option.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import argparse
 import json
 import time
 
+from precomputed.errors import UserError
 from precomputed.synthetic import DATASET_NAME, make_synthetic
+from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
 from ugncl.cli import cli_main
 
 
@@ -59,12 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="NCR caption-noise ratios in [0, 1) to write for the train split",
     )
     p.add_argument("--noise-seed", type=int, default=0, help="seed of the noise files")
+    p.add_argument(
+        "--image-size",
+        type=int,
+        default=64,
+        help=f"side in pixels of the rendered scenes written to <out>/{CLIP_DATASET_NAME}/ "
+        "(the CLIP track's data, same captions and splits); 0 skips rendering",
+    )
     return p
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.image_size != 0 and args.image_size < 16:
+        raise UserError(f"--image-size {args.image_size} is too small; use >= 16 pixels or 0")
     start = time.perf_counter()
     root = make_synthetic(
         args.out,
@@ -89,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  vocab: {root / f'{DATASET_NAME}_vocab.json'}")
     for name, digest in world["noise_sha256"].items():
         print(f"  noise {name}: sha256 {digest}")
+    if args.image_size:
+        start = time.perf_counter()
+        clip_root = write_clip_images(root, source=DATASET_NAME, size=args.image_size)
+        print(
+            f"wrote {clip_root} in {time.perf_counter() - start:.1f} s "
+            f"({args.image_size} px images, CLIP layout)"
+        )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Train a method on precomputed features: ``python tools/train.py --cfg ugncl_flickr.yaml``.
+"""Train a method: ``python tools/train.py --cfg ugncl_flickr.yaml`` (or ``clip_synthetic``).
 
 A bare config name is looked up in ``configs/``; ``--set a.b=value`` overrides any key;
 ``--resume RUN_DIR`` continues a run from its ``checkpoints/last.pt`` with its saved config.
@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from precomputed.errors import UserError
 from ugncl.config import ConfigError, load_config
 from ugncl.engine.checkpoint import CheckpointError
 from ugncl.engine.recorder import RunDirExistsError
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config, path = load_config(args.cfg, args.set)
             result = train(config, config_name=path.stem)
-    except (ConfigError, MissingDataError, CheckpointError, RunDirExistsError) as err:
+    except (ConfigError, MissingDataError, CheckpointError, RunDirExistsError, UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"run directory: {result.run_dir} (best dev rsum {result.best_rsum:.2f})")

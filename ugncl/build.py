@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ugncl.clip.backbone import CLIPConfig, build_clip_backbone, clip_eval_split, clip_from_config
+from ugncl.clip.run_data import open_clip_data
 from ugncl.data import RunData
+from ugncl.experiment import open_eval_split
 from ugncl.methods import METHODS, Method
 from ugncl.optim import Schedule, build_optimizer, build_schedule
 from ugncl.sgraf_backbone import SGRAFConfig, build_sgraf, open_sgraf_data, sgraf_from_config
@@ -40,16 +43,22 @@ __all__ = [
 @dataclass(frozen=True)
 class BackboneSpec:
     """A backbone: its config section, how to build it for a run, how to rebuild it from
-    the plain ``model.config`` dict a checkpoint stores."""
+    the plain ``model.config`` dict a checkpoint stores, and how ``tools/eval.py`` opens a
+    split for a rebuilt model."""
 
     config: type
     open_data: Callable[[Config], RunData]  # the run's data source for this backbone
     build: Callable[[Any, RunData], SimilarityModel]  # (model.<name> section, data) -> model
     from_config: Callable[[dict[str, Any]], SimilarityModel]
+    # (data section, split name, model) -> the split to rank (an EvalData or opened split)
+    open_eval_split: Callable[[Any, str, SimilarityModel], Any] = open_eval_split
 
 
 BACKBONES: dict[str, BackboneSpec] = {
     "sgraf": BackboneSpec(SGRAFConfig, open_sgraf_data, build_sgraf, sgraf_from_config),
+    "clip": BackboneSpec(
+        CLIPConfig, open_clip_data, build_clip_backbone, clip_from_config, clip_eval_split
+    ),
 }
 
 

@@ -5,9 +5,10 @@ file); a file without ``_base_`` inherits ``configs/base.yaml`` all the same, so
 starts from the same defaults (``_base_: null`` opts out: the file must then be complete, as the
 ``config.yaml`` saved in a run directory is). ``--set a.b=value`` overrides are applied last;
 values are parsed as YAML scalars. A key given twice in one mapping of a file is an error.
-Relative ``data.root``, ``data.vocab`` and ``data.noise_file`` are resolved against the current
-working directory when the config is loaded and stored absolute, so a saved config (and a
-``--resume`` from another directory) names the same files. Every key must exist in the
+Relative ``data.root``, ``data.vocab``, ``data.noise_file`` and a ``model.clip.pretrained`` that
+looks like a path are resolved against the current working directory when the config is loaded
+and stored absolute, so a saved config (and a ``--resume`` from another directory) names the
+same files. Every key must exist in the
 dataclasses below, where ``model.<backbone>`` and ``method.<name>`` sections come from the
 registries (``ugncl.build.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an error
 that suggests the closest valid key. Below this module nothing sees a dict: the builders
@@ -39,6 +40,9 @@ BASE_KEY = "_base_"
 DEFAULT_BASE = CONFIG_DIR / "base.yaml"
 # Path-valued keys resolved against the working directory at load time.
 PATH_KEYS = ("data.root", "data.vocab", "data.noise_file")
+# Keys holding a path or a word (``random``, a hub tag to refuse): resolved only when the value
+# looks like a path (a ``/``, a suffix or ``~``).
+PATH_OR_WORD_KEYS = ("model.clip.pretrained",)
 
 
 class ConfigError(UserError, ValueError):
@@ -46,8 +50,24 @@ class ConfigError(UserError, ValueError):
 
 
 @dataclass
+class ImageDataConfig:
+    """``data.clip``: how a raw-image dataset of the CLIP track names and lays out its files.
+
+    The dataset folder is ``<data.root>/<data.name>`` holding ``images/`` and ``annotations/``
+    (``precomputed.image_layout``); splits, captions per image, caps and noise are the shared
+    ``data.*`` keys, so one noise file drives both tracks.
+    """
+
+    # auto: from data.name (f30k, coco, cc120k, synthetic_clip); else f30k | coco | cc.
+    naming: str = "auto"
+    layout: str = "auto"  # auto | scan_split (NPC/SDD) | osa
+    check_files: bool = True  # stat every image when a split opens (names what is missing)
+
+
+@dataclass
 class DataConfig:
-    """Where the precomputed split lives and which noisy index to train on."""
+    """Where the split lives (precomputed features or, for the CLIP backbone, raw images under
+    ``root/name``) and which noisy index to train on."""
 
     root: str = "data/synthetic"
     name: str = "synthetic_precomp"
@@ -69,6 +89,7 @@ class DataConfig:
     noise_format: str = "caption"
     allow_nonfinite: bool = False
     num_workers: int = 0
+    clip: ImageDataConfig = field(default_factory=ImageDataConfig)
 
 
 @dataclass
@@ -189,6 +210,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.amp": ("auto", "off", "bf16", "fp16"),
     "eval.eval_score": ("evidence", "sigmoid", "raw"),
     "data.noise_format": ("caption", "image"),
+    "data.clip.naming": ("auto", "f30k", "coco", "cc"),
+    "data.clip.layout": ("auto", "scan_split", "osa"),
 }
 
 
@@ -317,14 +340,21 @@ def absolute_paths(tree: Mapping[str, Any], cwd: Path | None = None) -> dict[str
     (default: the current working directory); ``~`` is expanded, null stays null."""
     tree = copy.deepcopy(dict(tree))
     base = Path.cwd() if cwd is None else Path(cwd)
-    for dotted in PATH_KEYS:
+    for dotted in PATH_KEYS + PATH_OR_WORD_KEYS:
         *parents, leaf = dotted.split(".")
         node: Any = tree
         for key in parents:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf]:
-            node[leaf] = str((base / Path(node[leaf]).expanduser()).resolve())
+            value = node[leaf]
+            if dotted in PATH_OR_WORD_KEYS and not _looks_like_path(value):
+                continue
+            node[leaf] = str((base / Path(value).expanduser()).resolve())
     return tree
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or value.startswith("~") or bool(Path(value).suffix)
 
 
 def save_config(config: Config, path: Path) -> None:

@@ -113,6 +113,13 @@ def open_data_split(
         raise MissingDataError(f"{err}\n{DATA_HINT}") from err
 
 
+def open_eval_split(data: DataConfig, split: str, model: Any = None) -> PrecomputedSplit:
+    """One whole precomputed split for ``tools/eval.py`` (the vocabulary gives the ids; the
+    model is not needed)."""
+    vocab, _ = open_vocab(data)
+    return open_data_split(data, split, vocab)
+
+
 def open_training_data(data: DataConfig) -> PrecomputedRunData:
     """Vocabulary, the noisy training split and the dev subset."""
     vocab, vocab_path = open_vocab(data)

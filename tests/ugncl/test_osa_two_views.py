@@ -16,7 +16,6 @@ from torch.utils.data import DataLoader
 from precomputed.image_layout import open_image_split
 from precomputed.synthetic import DATASET_NAME
 from precomputed.synthetic.render import write_clip_images
-from ugncl.build import BACKBONES
 from ugncl.clip.adapter import build_clip
 from ugncl.clip.data import ImageTrainingData
 from ugncl.clip.losses import as_logit_matrix
@@ -53,17 +52,7 @@ def clip_view_batches(clip_root: Path, model, image_index: np.ndarray) -> Callab
     return batches
 
 
-@pytest.fixture
-def clip_registered(monkeypatch):
-    if "clip" not in BACKBONES:  # before the CLIP backbone is registered: a minimal entry
-        from ugncl.build import BackboneSpec
-        from ugncl.clip.backbone import CLIPConfig, build_clip_backbone, clip_from_config
-
-        spec = BackboneSpec(CLIPConfig, None, build_clip_backbone, clip_from_config)
-        monkeypatch.setitem(BACKBONES, "clip", spec)
-
-
-def test_clip_estimator_weights_train_sgraf(clip_registered, tiny_world, tmp_path, monkeypatch):
+def test_clip_estimator_weights_train_sgraf(tiny_world, tmp_path, monkeypatch):
     clip_root = write_clip_images(tiny_world, source=DATASET_NAME, size=64, fmt="png")
     torch.manual_seed(0)
     estimator = build_clip(TINY_MODEL).eval()

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ugncl.engine.checkpoint import save_checkpoint
+from ugncl.similarity import SimilarityModel
 
 from .loading import (
     WEIGHTS_FORMAT_KEY,
@@ -34,7 +35,7 @@ __all__ = ["DEFAULT_MEMORY_BUDGET", "CLIPSimilarity", "build_clip", "save_clip_w
 DEFAULT_MEMORY_BUDGET = 256 << 20
 
 
-class CLIPSimilarity(nn.Module):
+class CLIPSimilarity(SimilarityModel):
     """An open_clip ``CLIP`` as a one-view similarity model.
 
     Attributes:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ugncl.engine.context import MethodContext, StepContext
 from ugncl.methods.base import Method
+from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
 from ugncl.methods.npc import NPCConfig, NPCMethod
 from ugncl.methods.osa import OSAConfig, OSAMethod
 from ugncl.methods.sdd import SDDConfig, SDDMethod
@@ -27,6 +28,7 @@ class MethodSpec:
 METHODS: dict[str, MethodSpec] = {
     "ugncl": MethodSpec(UGNCLConfig, UGNCLMethod),
     "triplet": MethodSpec(TripletConfig, TripletMethod),
+    "clip": MethodSpec(CLIPMethodConfig, CLIPMethod),
     "npc": MethodSpec(NPCConfig, NPCMethod),
     "sdd": MethodSpec(SDDConfig, SDDMethod),
     "osa": MethodSpec(OSAConfig, OSAMethod),
@@ -34,6 +36,8 @@ METHODS: dict[str, MethodSpec] = {
 
 __all__ = [
     "METHODS",
+    "CLIPMethod",
+    "CLIPMethodConfig",
     "Method",
     "MethodContext",
     "MethodSpec",

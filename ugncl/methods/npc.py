@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ugncl.clip.losses import as_logit_matrix, info_nce_per_sample, weighted_mean
-from ugncl.methods.base import Method
+from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.memory_bank import MemoryBank, build_memory_bank, gmm_clean_set
 from ugncl.methods.passes import pair_fetcher, scan_training_set
 from ugncl.methods.siamese import OneStepLosses, SiameseCopy
@@ -179,7 +179,7 @@ class NPCConfig:
     bank_file: str = "npc_memory_bank.npz"
 
 
-class NPCMethod(Method):
+class NPCMethod(CLIPMethod):
     """NPC on a CLIP-like ``SimilarityModel`` (W = 1, logit-scaled scores).
 
     Args:
@@ -284,7 +284,7 @@ class NPCMethod(Method):
     # ------------------------------------------------------------------ step
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
         banks = self.core.bank_batches(batch)
-        per = info_nce_per_sample(pair_logits(model, batch))
+        per = self.per_sample_loss(model, batch)
         trainable = self.bank_loss == "trainable"
         bank = self.core.bank_losses(model, banks) if trainable else None
         w, res = self.core.significance(model, banks, per, None, getattr(step, "lr", None), bank)

@@ -29,11 +29,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.clip.losses import info_nce_per_sample, weighted_mean
+from ugncl.clip.losses import weighted_mean
 from ugncl.losses import _hinge_costs
-from ugncl.methods.base import Method
+from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.memory_bank import index_digest
-from ugncl.methods.npc import pair_logits
 from ugncl.methods.passes import logit_scale_of, scan_training_set
 from ugncl.methods.weights import osa_weights
 from ugncl.noise_detection import detection_record
@@ -108,7 +107,7 @@ class OSAConfig:
     cache_file: str = "osa_weights.npz"
 
 
-class OSAMethod(Method):
+class OSAMethod(CLIPMethod):
     """OSA with a frozen estimator whose weights are computed once.
 
     Args:
@@ -255,7 +254,7 @@ class OSAMethod(Method):
             raw = model(batch.images, batch.captions, batch.lengths).float()
             loss = weighted_triplet(raw, w, self.margin, self.max_violation)
             return {"loss_triplet": loss, "weight_mean": w.mean().detach()}
-        per = info_nce_per_sample(pair_logits(model, batch))
+        per = self.per_sample_loss(model, batch)
         return {"loss": weighted_mean(per, w), "weight_mean": w.mean().detach()}
 
     def stats(self) -> dict[str, Any]:

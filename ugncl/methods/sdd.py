@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.clip.losses import info_nce_per_sample, weighted_mean
-from ugncl.methods.base import Method
+from ugncl.clip.losses import weighted_mean
+from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.memory_bank import MemoryBank, build_memory_bank
-from ugncl.methods.npc import BANK_STREAM, BankSiamese, pair_logits
+from ugncl.methods.npc import BANK_STREAM, BankSiamese
 from ugncl.methods.passes import scan_training_set
 from ugncl.methods.weights import (
     auto_sdd_thresholds,
@@ -68,7 +68,7 @@ class SDDConfig:
     bank_file: str = "sdd_memory_bank.npz"
 
 
-class SDDMethod(Method):
+class SDDMethod(CLIPMethod):
     """SDD on a CLIP-like ``SimilarityModel``.
 
     Args:
@@ -219,7 +219,7 @@ class SDDMethod(Method):
             self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
         )
         banks = self.core.bank_batches(batch)
-        per = info_nce_per_sample(pair_logits(model, batch))
+        per = self.per_sample_loss(model, batch)
         w_sig, res = self.core.significance(model, banks, per, w_con, getattr(step, "lr", None))
         w = w_sig * w_con
         self.core.note_weights(batch.index, w)

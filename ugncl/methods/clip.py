@@ -1,0 +1,49 @@
+"""Plain CLIP fine-tuning with symmetric InfoNCE: the non-robust baseline of the CLIP track.
+
+The references' vanilla CLIP (NPC ``main_CLIP.py``): every pair of a batch counts, the loss is
+the mean over the batch of ``(CE_i2t + CE_t2i) / 2`` on ``logit_scale.exp() * cos``
+(:func:`ugncl.clip.losses.info_nce_per_sample`). Weight-based methods (NPC, SDD, OSA) subclass
+:class:`CLIPMethod` and re-weight :meth:`CLIPMethod.per_sample_loss`. Retrieval ranks by the raw
+logit-scaled cosine (``eval.eval_score: raw``; with one view every score ranks the same).
+Optimiser and schedule (AdamW 0.9/0.98/1e-6, wd 0.2, cosine with warm-up in optimiser steps)
+are ``train.*`` keys of the configs, not of the method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from ugncl.clip.losses import info_nce_per_sample
+from ugncl.data import PairBatch
+from ugncl.engine.context import StepContext
+from ugncl.methods.base import Method
+
+__all__ = ["CLIPMethod", "CLIPMethodConfig"]
+
+
+@dataclass
+class CLIPMethodConfig:
+    """``method.clip``: plain InfoNCE has no options of its own."""
+
+
+class CLIPMethod(Method):
+    """Symmetric InfoNCE over the in-batch pairs, every pair with weight 1."""
+
+    name = "clip"
+    nonfinite_hint = "Lower train.lr or use train.amp=bf16/off (fp16 logits overflow)."
+
+    def __init__(self, *, eval_score: str = "raw") -> None:
+        super().__init__(eval_score=eval_score)
+
+    def per_sample_loss(self, model: nn.Module, batch: PairBatch) -> Tensor:
+        """(K,) symmetric InfoNCE of each pair of ``batch`` against its batch mates (float32);
+        gradients flow into ``model``."""
+        return info_nce_per_sample(model(batch.images, batch.captions, batch.lengths))
+
+    def training_step(
+        self, model: nn.Module, batch: PairBatch, step: StepContext
+    ) -> dict[str, Tensor]:
+        per = self.per_sample_loss(model, batch)
+        return {"loss": per.mean(), "logit_scale": model.logit_scale.detach().exp()}
