@@ -339,3 +339,11 @@ def test_siamese_adamw_exempts_what_the_run_optimiser_exempts():
 
     assert decay(sia.optimizer, copy_names) == decay(run, names)
     assert decay(run, names)["logit_scale"] == 0.0 and decay(run, names)["img.weight"] == 0.2
+
+
+def test_osa_missing_estimator_checkpoint_is_a_user_error(tmp_path):
+    from precomputed.errors import UserError
+
+    osa = OSAMethod(estimator=str(tmp_path / "none.pt"))
+    with pytest.raises(UserError, match="method.osa.estimator"):
+        osa.build_estimator(TinyClip())

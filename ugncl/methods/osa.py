@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from precomputed.errors import DataNotFoundError
 from ugncl.clip.losses import weighted_mean
 from ugncl.losses import _hinge_costs
 from ugncl.methods.clip import CLIPMethod
@@ -83,7 +84,10 @@ def checkpoint_estimator(path: str) -> nn.Module:
     from ugncl.engine.checkpoint import load_checkpoint
 
     if not Path(path).is_file():
-        raise FileNotFoundError(f"osa estimator checkpoint {path} does not exist")
+        raise DataNotFoundError(
+            f"method.osa.estimator: checkpoint {path} does not exist; give a training "
+            "checkpoint (runs/<name>/checkpoints/best.pt) or null for a frozen copy of the model"
+        )
     return model_from_checkpoint(load_checkpoint(path))
 
 
