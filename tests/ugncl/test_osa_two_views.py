@@ -87,7 +87,9 @@ def test_clip_estimator_weights_train_sgraf(tiny_world, tmp_path, monkeypatch):
     records = read_metrics(result.run_dir)
     setup = next(r for r in records if r["event"] == "method_setup")
     # The CLIP estimator's own logit scale and space shift, its weights on the SGRAF pairs.
-    assert setup["logit_scale"] == pytest.approx(float(estimator.logit_scale.exp()), rel=1e-5)
+    assert setup["logit_scale"] == pytest.approx(
+        float(estimator.logit_scale.detach().exp()), rel=1e-5
+    )
     assert setup["weight_auc"] is not None
     steps = [r for r in records if r["event"] == "train"]
     assert steps and all("loss_triplet" in r and np.isfinite(r["loss_triplet"]) for r in steps)
