@@ -3,6 +3,12 @@
 ``python tools/bench.py scoring [--json] [--device cpu|cuda] [--quick] [--mode fp32|tf32|bf16]``
 ``python tools/bench.py feature-open --path /tmp/big.npy [--images 18000]``
 ``python tools/bench.py clip [--model ugncl-tiny] [--batch-size 32] [--threads 1 2] [--steps 20]``
+``python tools/bench.py methods [--methods clip npc sdd osa] [--rounds 2] [--set KEY=VALUE ...]``
+
+``methods`` trains each ``<method>_synthetic`` config for two epochs, the methods interleaved
+round by round (a shared machine's load hits them alike), and prints the seconds of the second
+epoch (the method's per-epoch pass + the training steps; validation excluded) of each, the
+ratio to the first method (``clip``), the one-off setup pass and the load average.
 
 ``clip`` times training steps of the CLIP backbone (fp32, symmetric InfoNCE, fused AdamW: the
 pretraining loop of ``ugncl.clip.pretrain``) on random pixels and captions and prints pairs/s
@@ -415,6 +421,52 @@ def bench_clip(args: argparse.Namespace) -> dict:
             "optimizer": "AdamW(fused)", "steps": args.steps, "results": results}  # fmt: skip
 
 
+def _epoch_seconds(records: list[dict]) -> tuple[float, float | None]:
+    """(seconds of epoch 1: end of epoch 0's validation -> its last train record, setup
+    seconds: the ``method_setup`` record after the ``setup`` record, None without one)."""
+    val0 = next(r["time"] for r in records if r["event"] == "val" and r["epoch"] == 0)
+    last1 = [r["time"] for r in records if r["event"] == "train" and r["epoch"] == 1][-1]
+    start = next(r["time"] for r in records if r["event"] == "setup")
+    setup = [r["time"] - start for r in records if r["event"] == "method_setup"]
+    return last1 - val0, (setup[0] if setup else None)
+
+
+def bench_methods(args: argparse.Namespace) -> dict:
+    """Seconds per epoch of each method's synthetic config, interleaved over rounds."""
+    import statistics
+    import tempfile
+
+    from ugncl.config import load_config
+    from ugncl.engine.recorder import read_metrics
+    from ugncl.training import train
+
+    runs: dict[str, list[dict]] = {m: [] for m in args.methods}
+    with tempfile.TemporaryDirectory() as out:
+        for r in range(args.rounds):
+            for m in args.methods:
+                overrides = [
+                    *args.set, f"run.out_dir={out}", f"run.name={m}-{r}", "train.epochs=2",
+                    "train.warmup_epochs=0", "eval.test_after_training=false",
+                ]  # fmt: skip
+                config, _ = load_config(f"{m}_synthetic", overrides)
+                load = os.getloadavg()[0]
+                result = train(config, config_name=m)
+                epoch, setup = _epoch_seconds(read_metrics(result.run_dir))
+                runs[m].append({"epoch_s": epoch, "setup_s": setup, "load1": load})
+    base = statistics.median(x["epoch_s"] for x in runs[args.methods[0]])
+    table = []
+    for m, xs in runs.items():
+        epoch = statistics.median(x["epoch_s"] for x in xs)
+        setups = [x["setup_s"] for x in xs if x["setup_s"] is not None]
+        table.append({
+            "method": m, "epoch_s": round(epoch, 2), "ratio": round(epoch / base, 3),
+            "setup_s": round(statistics.median(setups), 2) if setups else None,
+            "epoch_s_all": [round(x["epoch_s"], 2) for x in xs],
+            "load1": [round(x["load1"], 2) for x in xs],
+        })  # fmt: skip
+    return {"set": args.set, "rounds": args.rounds, "cpus": os.cpu_count(), "results": table}
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -452,7 +504,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--batch-size", type=int, default=128)
     m.add_argument("--shard-images", type=int, default=1000)
     m.add_argument("--shard-captions", type=int, default=128)
+    mm = sub.add_parser("methods", help="seconds per epoch of NPC/SDD/OSA relative to clip")
+    mm.add_argument("--methods", nargs="+", default=["clip", "npc", "sdd", "osa"])
+    mm.add_argument("--rounds", type=int, default=2)
+    mm.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
     args = parser.parse_args(argv)
+    if args.what == "methods":
+        print(json.dumps(bench_methods(args), indent=2))
+        return 0
     if args.what == "eval-memory":
         if (args.make is None) == (args.data is None):
             parser.error("eval-memory needs exactly one of --make DIR or --data DIR")

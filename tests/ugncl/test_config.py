@@ -136,10 +136,9 @@ def test_registry_names_are_the_choices() -> None:
         build_config({"train": {"optimizer": "sgd"}})
     with pytest.raises(ConfigError, match=r"model.backbone' must be one of \('sgraf', 'clip'\)"):
         build_config({"model": {"backbone": "blip"}})
-    with pytest.raises(
-        ConfigError, match=r"method.name' must be one of \('ugncl', 'triplet', 'clip'\)"
-    ):
-        build_config({"method": {"name": "npc"}})
+    choices = r"\('ugncl', 'triplet', 'clip', 'npc', 'sdd', 'osa'\)"
+    with pytest.raises(ConfigError, match=rf"method.name' must be one of {choices}"):
+        build_config({"method": {"name": "dividemix"}})
     with pytest.raises(ConfigError, match=r"did you mean 'model\.sgraf\.embed_dim'"):
         build_config({"model": {"sgraf": {"embed_dimm": 8}}})
 

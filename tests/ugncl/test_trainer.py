@@ -75,3 +75,37 @@ def test_ordered_batches_cover_every_sample_once(tiny_world: Path, tmp_path: Pat
     other = [b.index for b in trainer.ordered_batches(4, 8, stream=1)]
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
+
+
+class RecordsSeams(Method):
+    """Records what the trainer offers: the step's lr, the context's fetch and image index."""
+
+    name = "seams"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lrs: list[float] = []
+        self.fetched = None
+
+    def setup(self, ctx):
+        self.image_index = ctx.image_index
+        self.fetched = ctx.fetch(torch.tensor([5, 0, 3]))
+        return None
+
+    def training_step(self, model, batch, step):
+        self.lrs.append(step.lr)
+        return {"loss": model(batch.images, batch.captions, batch.lengths).mean()}
+
+
+def test_context_offers_fetch_image_index_and_the_current_lr(tiny_world, tmp_path) -> None:
+    method = RecordsSeams()
+    trainer = make_trainer(tiny_world, tmp_path / "run", method)
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = 1.5e-4
+    trainer.fit()
+    assert method.lrs == [1.5e-4] * 5  # 40 samples, batches of 8
+    assert method.image_index.tolist() == trainer.data.image_index.tolist()
+    assert method.fetched.index.tolist() == [5, 0, 3]  # in the order asked
+    expected = trainer.data.collate([trainer.data.dataset[i] for i in (5, 0, 3)])
+    assert torch.equal(method.fetched.images, expected.images)
+    assert method.fetched.image_index.tolist() == trainer.data.image_index[[5, 0, 3]].tolist()

@@ -107,7 +107,7 @@ def _step(epoch=0):
 
 
 def _sgd(lr):
-    return lambda params: torch.optim.SGD(params, lr=lr)
+    return lambda params, module: torch.optim.SGD(params, lr=lr)
 
 
 # ---------------------------------------------------------------------------------- siamese
@@ -322,3 +322,28 @@ def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
         assert torch.allclose(weighted_triplet(raw, torch.ones(5), 0.2, mv), plain)
     w = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
     assert weighted_triplet(raw, w) < weighted_triplet(raw, torch.ones(5))
+
+
+def test_siamese_adamw_exempts_what_the_run_optimiser_exempts():
+    from ugncl.methods.npc import adamw_factory
+    from ugncl.optim import build_optimizer
+
+    model = TinyClip()
+    sia = SiameseCopy(model, adamw_factory(1e-3, (0.9, 0.98), 1e-6, 0.2))
+    run = build_optimizer("adamw", model.parameters(), modules=[model], lr=1e-3, weight_decay=0.2)
+    names = {id(p): n for n, p in model.named_parameters()}
+    copy_names = {id(p): n for n, p in sia.copy.named_parameters()}
+
+    def decay(opt, table):
+        return {table[id(p)]: g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+
+    assert decay(sia.optimizer, copy_names) == decay(run, names)
+    assert decay(run, names)["logit_scale"] == 0.0 and decay(run, names)["img.weight"] == 0.2
+
+
+def test_osa_missing_estimator_checkpoint_is_a_user_error(tmp_path):
+    from precomputed.errors import UserError
+
+    osa = OSAMethod(estimator=str(tmp_path / "none.pt"))
+    with pytest.raises(UserError, match="method.osa.estimator"):
+        osa.build_estimator(TinyClip())

@@ -24,6 +24,7 @@ class StepContext:
     global_step: int  # optimiser steps taken so far
     warmup: bool
     device: torch.device
+    lr: float | None = None  # the optimiser's current lr (a siamese step follows the schedule)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class MethodContext:
             training samples (or ``indices``) in the seeded order of (epoch, stream), every
             sample exactly once (a short tail joins the previous batch). Streams other than
             0 (the training order) give independent orders.
+        image_index: (N,) int64 the image each caption is paired with for training (the
+            noisy index); caches built on it can check they match the run's pairs.
+        fetch: ``fetch(indices (K,)) -> PairBatch`` of those training samples in that order
+            (e.g. memory-bank pairs looked up per batch).
     """
 
     model: nn.Module
@@ -58,6 +63,8 @@ class MethodContext:
     clean: np.ndarray
     recorder: MetricsRecorder | None
     batches: Callable[..., Iterable[PairBatch]]
+    image_index: np.ndarray | None = None
+    fetch: Callable[[torch.Tensor], PairBatch] | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The run's autocast context for forward passes."""

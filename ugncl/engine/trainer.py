@@ -133,7 +133,14 @@ class Trainer:
             clean=np.asarray(self.data.clean),
             recorder=self.recorder,
             batches=self.ordered_batches,
+            image_index=np.asarray(self.data.image_index, dtype=np.int64),
+            fetch=self.fetch,
         )
+
+    def fetch(self, indices: torch.Tensor | np.ndarray) -> PairBatch:
+        """The training samples ``indices`` (K,) as one batch, in that order (on the CPU)."""
+        items = [self.data.dataset[int(i)] for i in np.asarray(indices).reshape(-1)]
+        return self.data.collate(items)
 
     # ------------------------------------------------------------------ data order
     def ordered_batches(
@@ -194,7 +201,8 @@ class Trainer:
             )
         started = time.perf_counter()
         for i, batch in enumerate(_progress(loader, epoch, self.total_epochs)):
-            step = StepContext(epoch, self.global_step, warmup, self.device)
+            lr = float(self.optimizer.param_groups[0]["lr"])
+            step = StepContext(epoch, self.global_step, warmup, self.device, lr)
             terms = self._train_step(batch.to(self.device), step)
             if self.global_step % self.log_every == 0 or i == len(loader) - 1:
                 self._log_train(epoch, terms, i + 1, len(loader), started)

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from ugncl.engine.context import MethodContext, StepContext
 from ugncl.methods.base import Method
 from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
+from ugncl.methods.npc import NPCConfig, NPCMethod
+from ugncl.methods.osa import OSAConfig, OSAMethod
+from ugncl.methods.sdd import SDDConfig, SDDMethod
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl import UGNCLConfig, UGNCLMethod
 
@@ -26,6 +29,9 @@ METHODS: dict[str, MethodSpec] = {
     "ugncl": MethodSpec(UGNCLConfig, UGNCLMethod),
     "triplet": MethodSpec(TripletConfig, TripletMethod),
     "clip": MethodSpec(CLIPMethodConfig, CLIPMethod),
+    "npc": MethodSpec(NPCConfig, NPCMethod),
+    "sdd": MethodSpec(SDDConfig, SDDMethod),
+    "osa": MethodSpec(OSAConfig, OSAMethod),
 }
 
 __all__ = [
@@ -35,6 +41,12 @@ __all__ = [
     "Method",
     "MethodContext",
     "MethodSpec",
+    "NPCConfig",
+    "NPCMethod",
+    "OSAConfig",
+    "OSAMethod",
+    "SDDConfig",
+    "SDDMethod",
     "StepContext",
     "TripletConfig",
     "TripletMethod",

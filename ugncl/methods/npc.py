@@ -24,11 +24,13 @@ import torch
 from torch import Tensor, nn
 
 from ugncl.clip.losses import as_logit_matrix, info_nce_per_sample, weighted_mean
+from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.memory_bank import MemoryBank, build_memory_bank, gmm_clean_set
 from ugncl.methods.passes import pair_fetcher, scan_training_set
 from ugncl.methods.siamese import OneStepLosses, SiameseCopy
 from ugncl.methods.weights import significance_weight
 from ugncl.noise_detection import detection_record
+from ugncl.optim import build_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +43,18 @@ def pair_logits(model: nn.Module, batch: Any) -> Tensor:
 
 
 def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_decay: float):
-    """The releases' optimiser for the siamese copy (NPC main_NPC.py:84-89)."""
+    """The siamese copy's AdamW (release settings, NPC main_NPC.py:84-89).
 
-    def make(params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    Its weight decay exempts the parameters the run's own optimiser exempts (biases, norms,
+    embeddings, logit_scale; :func:`ugncl.optim.parameter_groups`), so the copy's step is the
+    step the model would take; the release decays every parameter of both optimisers alike.
+    """
+
+    def make(params: list[nn.Parameter], module: nn.Module) -> torch.optim.Optimizer:
+        return build_optimizer(
+            "adamw", params, modules=[module], lr=lr, weight_decay=weight_decay, betas=betas,
+            eps=eps,
+        )  # fmt: skip
 
     return make
 
@@ -169,7 +179,7 @@ class NPCConfig:
     bank_file: str = "npc_memory_bank.npz"
 
 
-class NPCMethod(nn.Module):
+class NPCMethod(CLIPMethod):
     """NPC on a CLIP-like ``SimilarityModel`` (W = 1, logit-scaled scores).
 
     Args:
@@ -188,6 +198,7 @@ class NPCMethod(nn.Module):
     """
 
     name = "npc"
+    epoch_record = "noise_detection"
 
     def __init__(
         self,
@@ -209,8 +220,7 @@ class NPCMethod(nn.Module):
         bank_file: str = "npc_memory_bank.npz",
         eval_score: str = "raw",
     ) -> None:
-        super().__init__()
-        self.eval_score = eval_score
+        super().__init__(eval_score=eval_score)
         if weighting not in ("per_sample", "batch_scalar"):
             raise ValueError(f"npc weighting must be per_sample or batch_scalar, got {weighting!r}")
         if bank_loss not in ("trainable", "released"):
@@ -256,6 +266,8 @@ class NPCMethod(nn.Module):
 
     def on_epoch_start(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
         """Noise-detection record of the significance weights of the previous epoch."""
+        if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
+            self.setup(ctx)
         w = self.core.epoch_weights
         if epoch == 0 or w is None or not np.isfinite(w).any():
             return None
@@ -272,7 +284,7 @@ class NPCMethod(nn.Module):
     # ------------------------------------------------------------------ step
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
         banks = self.core.bank_batches(batch)
-        per = info_nce_per_sample(pair_logits(model, batch))
+        per = self.per_sample_loss(model, batch)
         trainable = self.bank_loss == "trainable"
         bank = self.core.bank_losses(model, banks) if trainable else None
         w, res = self.core.significance(model, banks, per, None, getattr(step, "lr", None), bank)
@@ -291,10 +303,6 @@ class NPCMethod(nn.Module):
             "weight_mean": w.mean().detach(),
             "siamese_loss": res.step_loss,
         }
-
-    def retrieval_score(self, raw: Tensor) -> Tensor:
-        """``(W, n_img, n_cap) -> (n_img, n_cap)``: the mean over views (CLIP: W = 1)."""
-        return raw.mean(dim=0)
 
     def stats(self) -> dict[str, Any]:
         return dict(self._last)

@@ -29,10 +29,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.clip.losses import info_nce_per_sample, weighted_mean
+from precomputed.errors import DataNotFoundError
+from ugncl.clip.losses import weighted_mean
 from ugncl.losses import _hinge_costs
+from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.memory_bank import index_digest
-from ugncl.methods.npc import pair_logits
 from ugncl.methods.passes import logit_scale_of, scan_training_set
 from ugncl.methods.weights import osa_weights
 from ugncl.noise_detection import detection_record
@@ -76,6 +77,20 @@ def weighted_triplet(
     return total / raw.shape[0]
 
 
+def checkpoint_estimator(path: str) -> nn.Module:
+    """The model a training checkpoint (or model file) holds, of any registered backbone."""
+    # Imported here: ugncl.build imports the method registry, which imports this module.
+    from ugncl.build import model_from_checkpoint
+    from ugncl.engine.checkpoint import load_checkpoint
+
+    if not Path(path).is_file():
+        raise DataNotFoundError(
+            f"method.osa.estimator: checkpoint {path} does not exist; give a training "
+            "checkpoint (runs/<name>/checkpoints/best.pt) or null for a frozen copy of the model"
+        )
+    return model_from_checkpoint(load_checkpoint(path))
+
+
 @dataclass
 class OSAConfig:
     """OSA (``method.osa``)."""
@@ -96,7 +111,7 @@ class OSAConfig:
     cache_file: str = "osa_weights.npz"
 
 
-class OSAMethod(nn.Module):
+class OSAMethod(CLIPMethod):
     """OSA with a frozen estimator whose weights are computed once.
 
     Args:
@@ -110,10 +125,12 @@ class OSAMethod(nn.Module):
             attribute (None: read it from the estimator).
         pass_batch_size: batch size of the estimator pass (None: 256).
         cache_file: file name in the run directory.
-        load_estimator: checkpoint path -> ``SimilarityModel`` (passed by the registry).
+        load_estimator: checkpoint path -> ``SimilarityModel`` (default
+            :func:`checkpoint_estimator`).
     """
 
     name = "osa"
+    epoch_record = "noise_detection"
 
     def __init__(
         self,
@@ -130,8 +147,7 @@ class OSAMethod(nn.Module):
         load_estimator: Callable[[str], nn.Module] | None = None,
         eval_score: str = "raw",
     ) -> None:
-        super().__init__()
-        self.eval_score = eval_score
+        super().__init__(eval_score=eval_score)
         if scoring not in ("paper", "released"):
             raise ValueError(f"osa scoring must be paper or released, got {scoring!r}")
         if objective not in ("info_nce", "triplet"):
@@ -158,12 +174,8 @@ class OSAMethod(nn.Module):
         if self.estimator_path is None:
             est = copy.deepcopy(model)
         else:
-            if self.load_estimator is None:
-                raise ValueError(
-                    "osa estimator is a checkpoint path but no loader is wired "
-                    "(OSAMethod(load_estimator=...)); set method.osa.estimator: null for a copy"
-                )
-            est = self.load_estimator(self.estimator_path)
+            load = self.load_estimator or checkpoint_estimator
+            est = load(self.estimator_path)
             est.to(next(model.parameters()).device)
         est.eval()
         est.requires_grad_(False)
@@ -220,6 +232,8 @@ class OSAMethod(nn.Module):
         return w.numpy()
 
     def on_epoch_start(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
+        if self.sim is None:  # resumed run: setup's scores are reloaded from the run dir
+            self.setup(ctx)
         return detection_record(self._clean, weights=self.sample_weights())
 
     def epoch_samples(self, ctx: Any, epoch: int) -> np.ndarray | None:
@@ -244,11 +258,8 @@ class OSAMethod(nn.Module):
             raw = model(batch.images, batch.captions, batch.lengths).float()
             loss = weighted_triplet(raw, w, self.margin, self.max_violation)
             return {"loss_triplet": loss, "weight_mean": w.mean().detach()}
-        per = info_nce_per_sample(pair_logits(model, batch))
+        per = self.per_sample_loss(model, batch)
         return {"loss": weighted_mean(per, w), "weight_mean": w.mean().detach()}
-
-    def retrieval_score(self, raw: Tensor) -> Tensor:
-        return raw.mean(dim=0)
 
     def stats(self) -> dict[str, Any]:
         return dict(self._last)

@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.clip.losses import info_nce_per_sample, weighted_mean
+from ugncl.clip.losses import weighted_mean
+from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.memory_bank import MemoryBank, build_memory_bank
-from ugncl.methods.npc import BANK_STREAM, BankSiamese, pair_logits
+from ugncl.methods.npc import BANK_STREAM, BankSiamese
 from ugncl.methods.passes import scan_training_set
 from ugncl.methods.weights import (
     auto_sdd_thresholds,
@@ -67,7 +68,7 @@ class SDDConfig:
     bank_file: str = "sdd_memory_bank.npz"
 
 
-class SDDMethod(nn.Module):
+class SDDMethod(CLIPMethod):
     """SDD on a CLIP-like ``SimilarityModel``.
 
     Args:
@@ -83,6 +84,7 @@ class SDDMethod(nn.Module):
     """
 
     name = "sdd"
+    epoch_record = "noise_detection"
 
     def __init__(
         self,
@@ -105,8 +107,7 @@ class SDDMethod(nn.Module):
         bank_file: str = "sdd_memory_bank.npz",
         eval_score: str = "raw",
     ) -> None:
-        super().__init__()
-        self.eval_score = eval_score
+        super().__init__(eval_score=eval_score)
         if thresholds not in ("fixed", "auto"):
             raise ValueError(f"sdd thresholds must be fixed or auto, got {thresholds!r}")
         self.alpha, self.beta = float(alpha), float(beta)
@@ -174,6 +175,8 @@ class SDDMethod(nn.Module):
 
     def on_epoch_start(self, ctx: Any, epoch: int) -> dict[str, Any]:
         """Per-epoch GMM consistency weights and self-drop set (SDD main_SDD_sim.py:101-117)."""
+        if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
+            self.setup(ctx)
         record: dict[str, Any] = {}
         w = self.core.epoch_weights
         if w is not None and np.isfinite(w).any():
@@ -216,7 +219,7 @@ class SDDMethod(nn.Module):
             self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
         )
         banks = self.core.bank_batches(batch)
-        per = info_nce_per_sample(pair_logits(model, batch))
+        per = self.per_sample_loss(model, batch)
         w_sig, res = self.core.significance(model, banks, per, w_con, getattr(step, "lr", None))
         w = w_sig * w_con
         self.core.note_weights(batch.index, w)
@@ -227,9 +230,6 @@ class SDDMethod(nn.Module):
             "w_sig_mean": w_sig.mean().detach(),
             "siamese_loss": res.step_loss,
         }
-
-    def retrieval_score(self, raw: Tensor) -> Tensor:
-        return raw.mean(dim=0)
 
     def stats(self) -> dict[str, Any]:
         return dict(self._last)

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 __all__ = ["OneStepLosses", "SiameseCopy"]
 
-OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+OptimizerFactory = Callable[[list[nn.Parameter], nn.Module], torch.optim.Optimizer]
 
 
 @dataclass
@@ -36,7 +36,8 @@ class SiameseCopy(nn.Module):
 
     Args:
         model: the model to mirror (its current weights are copied once, here).
-        make_optimizer: builds the copy's optimiser from its trainable parameters (the
+        make_optimizer: ``(trainable parameters, copy module) -> optimiser`` of the copy
+            (the module names the no-decay parameters; the
             releases use AdamW with the model's settings, NPC main_NPC.py:84-89).
         reset_state: clear the optimiser state at every sync. The release keeps the AdamW
             moments across syncs (False, the default): the copy always starts from the model's
@@ -56,7 +57,7 @@ class SiameseCopy(nn.Module):
             p.requires_grad_(n in self._names)
         self._params = [own[n] for n in self._names]
         self._buffers_names = [n for n, _ in model.named_buffers()]
-        self.optimizer = make_optimizer(self._params)
+        self.optimizer = make_optimizer(self._params, self.copy)
         self.reset_state = reset_state
 
     @torch.no_grad()
