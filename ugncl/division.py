@@ -9,7 +9,7 @@ collects batch results over a whole training set, keyed by dataset sample index,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,6 @@ __all__ = [
     "batch_opinions",
     "bidirectional_alpha",
     "divide_batch",
-    "divide_dataset",
     "division_quality",
     "floor_uncertainty",
     "fuse_views",
@@ -59,12 +58,15 @@ SET_NAMES: dict[int, str] = {
 }
 
 
-def _check_scores(raw: Tensor) -> None:
+def check_batch_scores(raw: Tensor) -> tuple[int, int]:
+    """``(W, K)`` of one batch's raw scores ``(W, K, K)``; any other shape is refused (shared by
+    the division and the UGNCL losses)."""
     if raw.dim() != 3 or raw.shape[1] != raw.shape[2]:
         raise ValueError(
             f"raw scores must have shape (W, K, K) (views, images, captions of one batch), got "
             f"{tuple(raw.shape)}; add a view axis with raw.unsqueeze(0) for a single view"
         )
+    return raw.shape[0], raw.shape[1]
 
 
 # ------------------------------------------------------------------ opinions (Eqs. 4-7)
@@ -121,7 +123,7 @@ def fused_log_evidence(
     Returns:
         ``(K, K)``: row ``i`` = pair ``i``'s log evidence over the K candidates.
     """
-    _check_scores(raw)
+    check_batch_scores(raw)
     log_e = log_evidence_exact(raw, tau, floor, function)
     return log_ds_combine_many(torch.logaddexp(log_e, log_e.transpose(1, 2)))
 
@@ -329,7 +331,7 @@ def divide_batch(
     Returns:
         A :class:`BatchDivision` (float32 tensors).
     """
-    _check_scores(raw)
+    check_batch_scores(raw)
     with torch.no_grad():
         log_e = fused_log_evidence(raw.detach(), tau=tau, floor=floor, function=function)
         _, u, projected = _opinion_from_log_evidence(log_e)
@@ -376,17 +378,6 @@ class DivisionResult:
 
     def __len__(self) -> int:
         return len(self.sets)
-
-    @property
-    def visited(self) -> np.ndarray:
-        """``(N,)`` bool: samples that some batch covered."""
-        return self.sets >= 0
-
-    def counts(self) -> dict[str, int]:
-        """Size of each set plus ``unvisited``."""
-        out = {name: int((self.sets == code).sum()) for code, name in SET_NAMES.items()}
-        out["unvisited"] = int((self.sets == UNVISITED).sum())
-        return out
 
     def lookup(
         self, index: Tensor, device: torch.device | str | None = None
@@ -502,35 +493,6 @@ class DivisionAccumulator:
             u=self._u.copy(), u_bar=self._u_bar.copy(), soft_label=self._soft.copy(),
             sets=self._sets.copy(),
         )  # fmt: skip
-
-
-def divide_dataset(
-    batches: Iterable[tuple[Tensor, Tensor]],
-    num_samples: int,
-    *,
-    tau: float = 0.1,
-    floor: EvidenceFloor = "keep",
-    function: EvidenceFunction = "softplus",
-    p: float = 0.5,
-    epsilon: float = 0.5,
-    soft_label: str = "projected",
-) -> DivisionResult:
-    """Divide a whole training set (METHOD 6), model-free.
-
-    Args:
-        batches: iterable of ``(index (K,), raw (W, K, K))``, e.g. a generator that runs the
-            model in eval mode under ``torch.no_grad()`` over a seeded shuffled loader.
-        num_samples: size of the training set.
-        tau, floor, function, p, epsilon, soft_label: see :func:`divide_batch`.
-
-    Returns:
-        The :class:`DivisionResult`.
-    """
-    acc = DivisionAccumulator(num_samples)
-    for index, raw in batches:
-        div = divide_batch(raw, tau=tau, floor=floor, function=function, p=p, epsilon=epsilon)
-        acc.add(index, div)
-    return acc.result()
 
 
 # ------------------------------------------------------------------------- quality

@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY
+from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY, check_batch_scores
 from ugncl.evidential import (
     EvidenceFloor,
     EvidenceFunction,
@@ -47,15 +47,6 @@ def _check_square(scores: Tensor, name: str = "scores") -> int:
             f"{tuple(scores.shape)}"
         )
     return scores.shape[0]
-
-
-def _check_views(raw: Tensor) -> tuple[int, int]:
-    if raw.dim() != 3 or raw.shape[1] != raw.shape[2]:
-        raise ValueError(
-            f"raw scores must have shape (W, K, K), got {tuple(raw.shape)}; add a view axis "
-            "with raw.unsqueeze(0) for a single-view model"
-        )
-    return raw.shape[0], raw.shape[1]
 
 
 def _check_per_pair(t: Tensor, K: int, name: str) -> None:
@@ -253,7 +244,7 @@ def evidential_loss(
     Returns:
         ``{"loss": L_e, "i2t", "t2i", "ls", "kl"}``; ``ls + kl_weight * kl == loss``.
     """
-    W, K = _check_views(raw)
+    W, K = check_batch_scores(raw)
     _check_per_pair(labels, K, "labels")
     if evidential not in ("fused", "per_view"):
         raise ValueError(f"evidential must be 'fused' or 'per_view', got {evidential!r}")
@@ -324,7 +315,7 @@ def ugncl_objective(
         averaged over views) and detached diagnostics ``edl_i2t, edl_t2i, edl_ls, edl_kl, trl``
         (unweighted ``L_t``), ``margin_mean`` (mean margin over non-noisy pairs).
     """
-    _, K = _check_views(raw)
+    _, K = check_batch_scores(raw)
     for t, name in ((sets, "sets"), (soft_label, "soft_label"), (u_bar, "u_bar")):
         _check_per_pair(t, K, name)
     edl = evidential_loss(
@@ -380,7 +371,7 @@ def warmup_objective(
     Returns:
         ``loss_edl``, ``loss_trl`` and detached ``edl_i2t, edl_t2i, edl_ls, edl_kl, trl``.
     """
-    _, K = _check_views(raw)
+    _, K = check_batch_scores(raw)
     ones = torch.ones(K, dtype=raw.dtype, device=raw.device)
     edl = evidential_loss(
         raw, ones, tau=tau, ceiling=ceiling, floor=floor, function=function,
@@ -413,6 +404,6 @@ def triplet_objective(
     Returns:
         ``{"loss_triplet": scalar}``.
     """
-    _check_views(raw)
+    check_batch_scores(raw)
     loss = _mean_over_views(raw, lambda s: vse_hinge(torch.sigmoid(s), margin, max_violation))
     return {"loss_triplet": loss}
