@@ -79,6 +79,36 @@ class TrainingData(Protocol):
         ...
 
 
+class SplitTrainingData:
+    """The per-sample side of :class:`TrainingData`, read from ``self.split``: any split that
+    has ``num_captions``, ``clean`` and ``image_index`` (precomputed regions or raw images, the
+    same split definition in both tracks)."""
+
+    split: Any
+
+    @property
+    def num_samples(self) -> int:
+        return self.split.num_captions
+
+    @property
+    def clean(self) -> np.ndarray:
+        return self.split.clean
+
+    @property
+    def image_index(self) -> np.ndarray:
+        return self.split.image_index
+
+
+def training_split_summary(split: Any, noise_source: str) -> dict[str, Any]:
+    """The ``setup`` record fields every track reports about its noisy training split."""
+    return {
+        "noise_source": noise_source,
+        "n_train_captions": split.num_captions,
+        "n_train_images": split.num_images,
+        "n_noisy": int((~split.clean).sum()),
+    }
+
+
 @runtime_checkable
 class EvalData(Protocol):
     """One split to rank: every image once, every caption once, and the clean map.

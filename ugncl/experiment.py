@@ -25,6 +25,7 @@ from precomputed.noise import (
 )
 from precomputed.vocab import Vocabulary, load_vocab
 from ugncl.config import DataConfig
+from ugncl.data import training_split_summary
 from ugncl.precomputed_data import PrecomputedTrainingData
 
 logger = logging.getLogger(__name__)
@@ -97,10 +98,7 @@ class PrecomputedRunData:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "noise_source": self.noise_source,
-            "n_train_captions": self.train.num_captions,
-            "n_train_images": self.train.num_images,
-            "n_noisy": int((~self.train.clean).sum()),
+            **training_split_summary(self.train, self.noise_source),
             "vocab": str(self.vocab_path),
             "n_truncated_captions": {
                 "train": self.train.num_truncated_captions,

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from precomputed.collate import pad_captions
 from precomputed.dataset import PairDataset, PrecomputedSplit
-from ugncl.data import EvalData, PairBatch
+from ugncl.data import EvalData, PairBatch, SplitTrainingData
 
 __all__ = ["PrecomputedEvalData", "PrecomputedTrainingData", "as_eval_data", "collate_pairs"]
 
@@ -33,25 +33,13 @@ def collate_pairs(items: Sequence[tuple]) -> PairBatch:
     )
 
 
-class PrecomputedTrainingData:
+class PrecomputedTrainingData(SplitTrainingData):
     """:class:`~ugncl.data.TrainingData` over an opened (noisy) precomputed split."""
 
     def __init__(self, split: PrecomputedSplit) -> None:
         self.split = split
         self.dataset = PairDataset(split)
         self.collate = collate_pairs
-
-    @property
-    def num_samples(self) -> int:
-        return self.split.num_captions
-
-    @property
-    def clean(self) -> np.ndarray:
-        return self.split.clean
-
-    @property
-    def image_index(self) -> np.ndarray:
-        return self.split.image_index
 
 
 class PrecomputedEvalData:

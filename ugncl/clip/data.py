@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
@@ -23,7 +22,7 @@ from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.image_layout import ImageSplit
 
 # The contract's ugncl.data.PairBatch has exactly these fields; the lead swaps the import at merge.
-from ugncl.data import PairBatch
+from ugncl.data import PairBatch, SplitTrainingData
 
 __all__ = [
     "CaptionDataset",
@@ -155,7 +154,7 @@ def collate_image_pairs(items: Sequence[tuple]) -> PairBatch:
 
 
 @dataclass
-class ImageTrainingData:
+class ImageTrainingData(SplitTrainingData):
     """The contract's ``TrainingData`` for a raw-image split.
 
     Attributes:
@@ -173,15 +172,3 @@ class ImageTrainingData:
     def __post_init__(self) -> None:
         self.dataset = ImagePairDataset(self.split, self.transform, self.tokenizer)
         self.collate = collate_image_pairs
-
-    @property
-    def num_samples(self) -> int:
-        return self.split.num_captions
-
-    @property
-    def clean(self) -> np.ndarray:
-        return self.split.clean
-
-    @property
-    def image_index(self) -> np.ndarray:
-        return self.split.image_index

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Subset
 from precomputed.errors import DataNotFoundError
 from precomputed.image_layout import IMAGE_DATASETS, ImageSplit, open_image_split
 from ugncl.config import ConfigError, DataConfig
+from ugncl.data import training_split_summary
 from ugncl.experiment import MissingDataError, training_noise
 
 from .data import (
@@ -234,10 +235,7 @@ class CLIPRunData:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "noise_source": self.noise_source,
-            "n_train_captions": self.train.num_captions,
-            "n_train_images": self.train.num_images,
-            "n_noisy": int((~self.train.clean).sum()),
+            **training_split_summary(self.train, self.noise_source),
             "images": str(self.train.image_dir),
             "naming": self.train.naming,
         }
