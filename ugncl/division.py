@@ -236,10 +236,10 @@ def normalised_uncertainty(
 
 # ------------------------------------------------------------------ division (Eqs. 8-11)
 
-SOFT_LABELS = ("mean_rival", "max_rival", "projected", "belief")
+SOFT_LABELS = ("mean_rival", "top_rival", "max_rival", "projected", "belief")
 
 
-def hard_soft_label(log_e: Tensor, rule: str = "projected") -> Tensor:
+def hard_soft_label(log_e: Tensor, rule: str = "projected", lam: int | None = None) -> Tensor:
     """Soft label ``y_i`` of each pair from its fused log evidence ``(K, K)`` (Eqs. 10-11).
 
     * ``"belief"`` (paper): ``b_ii = e_ii / (K + sum_k e_ik)``; at most ``1 - u``, so with
@@ -252,8 +252,16 @@ def hard_soft_label(log_e: Tensor, rule: str = "projected") -> Tensor:
       ``y > 0.5`` when the pair holds more evidence than a typical rival. Independent of the
       overall evidence scale (which the KL term drives to ~0 for every pair, so ``u ~ 1`` and
       every pair is hard; README "UGNCL equations").
+    * ``"top_rival"``: against the mean evidence of the ``lam`` strongest rivals, ``lam`` the
+      hardness of Eq. 16 at the division (``lam = K - 1``: ``mean_rival``, ``lam = 1``:
+      ``max_rival``): the division hardens with the triplet loss's schedule.
     * ``"max_rival"``: ``e_ii / (e_ii + max_{k != i} e_ik)``, against the strongest rival;
       ``y > 0.5`` exactly when the diagonal wins the argmax of Eq. 9.
+
+    Args:
+        log_e: fused log evidence ``(K, K)``, row ``i`` = pair ``i`` over its candidates.
+        rule: one of ``SOFT_LABELS``.
+        lam: number of rivals of ``"top_rival"`` (clipped to ``[1, K - 1]``); required there.
 
     Returns:
         ``(K,)`` in ``[0, 1]``.
@@ -262,13 +270,18 @@ def hard_soft_label(log_e: Tensor, rule: str = "projected") -> Tensor:
         raise ValueError(f"soft_label must be one of {SOFT_LABELS}, got {rule!r}")
     K = log_e.shape[-1]
     diag = torch.diagonal(log_e)
-    if rule in ("mean_rival", "max_rival"):
+    if rule == "top_rival" and lam is None:
+        raise ValueError("soft_label 'top_rival' needs lam (the number of rivals)")
+    if rule in ("mean_rival", "top_rival", "max_rival"):
         if K == 1:
             return torch.ones_like(diag)
         eye = torch.eye(K, dtype=torch.bool, device=log_e.device)
         rivals = log_e.masked_fill(eye, -math.inf)
         if rule == "max_rival":
             rival = rivals.max(dim=-1).values
+        elif rule == "top_rival":
+            n = max(1, min(int(lam), K - 1))
+            rival = torch.logsumexp(rivals.topk(n, dim=-1).values, dim=-1) - math.log(n)
         else:
             rival = torch.logsumexp(rivals, dim=-1) - math.log(K - 1)
         return torch.nan_to_num(torch.sigmoid(diag - rival), nan=0.0)
@@ -308,6 +321,7 @@ def divide_batch(
     p: float = 0.5,
     epsilon: float = 0.5,
     soft_label: str = "projected",
+    lam: int | None = None,
 ) -> BatchDivision:
     """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
 
@@ -327,6 +341,7 @@ def divide_batch(
         p: uncertainty threshold on ``u_bar`` (paper: 0.5).
         epsilon: soft-label threshold for hard pairs (paper: 0.5).
         soft_label: soft-label rule of hard pairs (:func:`hard_soft_label`).
+        lam: rivals of the ``"top_rival"`` rule.
 
     Returns:
         A :class:`BatchDivision` (float32 tensors).
@@ -340,7 +355,7 @@ def divide_batch(
         idx = torch.arange(log_e.shape[0], device=log_e.device)
         determined = u_bar < p
         matched = argmax == idx
-        y = hard_soft_label(log_e, soft_label)
+        y = hard_soft_label(log_e, soft_label, lam)
         sets = torch.where(
             determined,
             torch.where(matched, CLEAN, NOISY),

@@ -169,7 +169,9 @@ def trusted_margins(
     return torch.where(sets == HARD_NOISY, f_n * hat, margins)
 
 
-def trusted_robust_loss(scores: Tensor, margins: Tensor, sets: Tensor, lam: int) -> Tensor:
+def trusted_robust_loss(
+    scores: Tensor, margins: Tensor, sets: Tensor, lam: int, *, hard_noisy: bool = True
+) -> Tensor:
     """Trusted robust loss of one view (paper Eq. 16), summed over anchors.
 
     Per pair k and each direction (image k against captions, caption k against images):
@@ -195,7 +197,7 @@ def trusted_robust_loss(scores: Tensor, margins: Tensor, sets: Tensor, lam: int)
     sets = sets.to(scores.device)
     per_anchor = scores.new_zeros(K)
     clean = sets == CLEAN
-    hard = (sets == HARD_CLEAN) | (sets == HARD_NOISY)
+    hard = (sets == HARD_CLEAN) | ((sets == HARD_NOISY) & hard_noisy)
     for cost in _hinge_costs(scores, margins):
         hardest = cost.max(dim=1).values
         # Costs are >= 0 and the diagonal is 0, so the top-lam over all K columns equals the
@@ -293,6 +295,7 @@ def ugncl_objective(
     margin_base: float = 10.0,
     trust_delta: float = 10.0,
     evidential: EvidentialMode = "fused",
+    hard_noisy_trl: bool = True,
 ) -> dict[str, Tensor]:
     """UGNCL batch objective ``L = L_e + xi2 * L_t`` (paper Eq. 18, METHOD 7-9).
 
@@ -309,6 +312,8 @@ def ugncl_objective(
         margin_base: soft-margin base ``m`` (10).
         trust_delta: ``Delta`` (10).
         evidential: ``"fused"`` (Eq. 14) or ``"per_view"`` (released).
+        hard_noisy_trl: hard-noisy pairs get the trusted-margin hinge (paper Eq. 16); False
+            leaves them out of ``L_t`` like determined-noisy pairs.
 
     Returns:
         ``loss_edl`` (``L_e``), ``loss_trl`` (``xi2 * L_t``, ``L_t`` = TRL on ``tanh(raw)``
@@ -328,7 +333,10 @@ def ugncl_objective(
     )  # fmt: skip
     sets = sets.to(raw.device)
     # Triplet scores are tanh(raw), as released (METHOD 8); one TRL per view, averaged.
-    trl = _mean_over_views(raw, lambda s: trusted_robust_loss(torch.tanh(s), margins, sets, lam))
+    trl = _mean_over_views(
+        raw,
+        lambda s: trusted_robust_loss(torch.tanh(s), margins, sets, lam, hard_noisy=hard_noisy_trl),
+    )
     used = (sets != NOISY).to(margins.dtype)
     margin_mean = (margins * used).sum() / used.sum().clamp_min(1.0)  # no host sync
     return {

@@ -248,3 +248,29 @@ def test_hard_sets_fill_when_every_pair_is_uncertain():
     assert ((strongest.sets == HARD_CLEAN) == (strongest.belief_argmax == d)).all()
     with pytest.raises(ValueError, match="soft_label"):
         divide_batch(raw, soft_label="median")
+
+
+def test_top_rival_soft_label_interpolates_mean_and_max_rival() -> None:
+    """Row 0: diagonal log evidence 0, rivals 1, -1, -3 (K = 4).
+    lam = 2: rival = log((e + 1/e) / 2) = log cosh 1 -> y = sigmoid(-0.43378) = 0.39322;
+    lam = 3 (all rivals) = mean_rival, lam = 1 = max_rival = sigmoid(-1)."""
+    from ugncl.division import hard_soft_label
+
+    log_e = torch.tensor(
+        [[0.0, 1.0, -1.0, -3.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 2.0]],
+        dtype=torch.float64,
+    )
+    y = hard_soft_label(log_e, "top_rival", lam=2)
+    assert y[0].item() == pytest.approx(1 / (1 + math.cosh(1.0)), rel=1e-12)
+    torch.testing.assert_close(
+        hard_soft_label(log_e, "top_rival", lam=3), hard_soft_label(log_e, "mean_rival")
+    )
+    torch.testing.assert_close(
+        hard_soft_label(log_e, "top_rival", lam=1), hard_soft_label(log_e, "max_rival")
+    )
+    # lam beyond the K - 1 rivals is clipped; top_rival without lam is refused.
+    torch.testing.assert_close(
+        hard_soft_label(log_e, "top_rival", lam=99), hard_soft_label(log_e, "mean_rival")
+    )
+    with pytest.raises(ValueError, match="needs lam"):
+        hard_soft_label(log_e, "top_rival")

@@ -124,6 +124,24 @@ def test_trl_noisy_anchors_contribute_nothing():
     assert a.item() == b.item()
 
 
+
+def test_trl_without_hard_noisy_hinge_drops_exactly_those_anchors():
+    """hard_noisy=False: the hand example's hard-noisy anchor 1 (0.125 + 0.075 = 0.2 at
+    lam = 2) leaves the loss and gets no gradient; the CLEAN anchor's 0.05 + 0.15 stays."""
+    scores = S_TRL.clone().requires_grad_(True)
+    loss = trusted_robust_loss(scores, M_TRL, SETS_TRL, lam=2, hard_noisy=False)
+    assert loss.item() == pytest.approx(0.2)
+    loss.backward()
+    # Pair 1 appears only as anchor 1's diagonal and as a negative of the clean anchor 0
+    # (whose hardest negatives are S[0, 1] and S[1, 0]); its diagonal S[1, 1] gets nothing.
+    assert scores.grad[1, 1].item() == 0.0
+    assert scores.grad[0, 0].item() != 0.0
+    # Hard-clean anchors keep their hinge.
+    kept = trusted_robust_loss(S_TRL, M_TRL, torch.tensor([CLEAN, HARD_CLEAN, NOISY]), 2,
+                               hard_noisy=False)  # fmt: skip
+    assert kept.item() == pytest.approx(0.4)
+
+
 # ---------------------------------------------------------------------------- objectives
 
 

@@ -95,3 +95,24 @@ def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> N
     margins = trusted_margins(sets, y, u_bar, delta=delta)
     torch.testing.assert_close(margins, 0.5 * soft_margin(y))
     assert trusted_margins(sets, y, u_bar, delta=10.0)[0].item() < 1e-12
+
+
+@pytest.mark.parametrize("hard_noisy_trl", [True, False])
+def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl: bool) -> None:
+    """Default (false, README "UGNCL equations"): a batch divided entirely into hard-noisy
+    pairs gets no trusted-robust term; the paper's Eq. 16 (true) gives it the soft hinge."""
+    import numpy as np
+
+    from ugncl.division import HARD_NOISY, DivisionResult
+
+    model, batch = tiny_batch(views=2)
+    model.eval()
+    k = len(batch.index)
+    method = UGNCLMethod(lambda_min=2, margin=0.2, hard_noisy_trl=hard_noisy_trl)
+    assert UGNCLMethod().hard_noisy_trl is False
+    method.division = DivisionResult(
+        u=np.full(k, 0.99, np.float32), u_bar=np.full(k, 0.99, np.float32),
+        soft_label=np.full(k, 0.4, np.float32), sets=np.full(k, HARD_NOISY, np.int8),
+    )  # fmt: skip
+    terms = method.training_step(model, batch, ctx(warmup=False, epoch=1))
+    assert (terms["loss_trl"].item() > 0) is hard_noisy_trl

@@ -33,7 +33,7 @@ class UGNCLConfig:
         "evidence": ("tanh", "softplus"),
         "evidence_floor": ("keep", "subtract"),
         "evidential_loss": ("fused", "per_view"),
-        "soft_label": ("mean_rival", "max_rival", "projected", "belief"),
+        "soft_label": ("mean_rival", "top_rival", "max_rival", "projected", "belief"),
     }
 
     tau: float = 0.1
@@ -61,6 +61,10 @@ class UGNCLConfig:
     # Anneal xi1 linearly from 0 over this many epochs (Sensoy et al. 2018); 0 = constant
     # (released code). See README "Demo" for why the synthetic demo uses it.
     kl_anneal_epochs: int = 0
+    # Hard-noisy pairs in the trusted robust loss: true = paper Eq. 16 (trusted soft margin);
+    # false (decision, README "UGNCL equations") = no hinge for them, like determined-noisy
+    # pairs: the soft hinge kept pulling memorised noisy pairs up.
+    hard_noisy_trl: bool = False
 
 
 class UGNCLMethod(Method):
@@ -93,6 +97,7 @@ class UGNCLMethod(Method):
         evidential_loss: str = "fused",
         division_batch_size: int | None = None,
         kl_anneal_epochs: int = 0,
+        hard_noisy_trl: bool = False,
         eval_score: str = "evidence",
     ) -> None:
         super().__init__(eval_score=eval_score, score_tau=tau, score_function=evidence)
@@ -113,6 +118,7 @@ class UGNCLMethod(Method):
         self.evidential_loss = evidential_loss
         self.division_batch_size = division_batch_size
         self.kl_anneal_epochs = kl_anneal_epochs
+        self.hard_noisy_trl = hard_noisy_trl
         self.division: DivisionResult | None = None
         self._last_lambda: int | None = None
 
@@ -121,6 +127,10 @@ class UGNCLMethod(Method):
         if epoch < ctx.warmup_epochs:
             return None
         batch_size = self.division_batch_size or ctx.batch_size
+        # Hardness of Eq. 16 at this epoch's first step (each epoch visits every sample in
+        # N // B steps, a short tail joining the previous batch): top_rival's rival count.
+        step = epoch * max(1, ctx.num_samples // ctx.batch_size)
+        lam = lambda_schedule(batch_size, step, delta=self.lambda_delta, theta=self.lambda_min)
         model = ctx.model
         accumulator = DivisionAccumulator(ctx.num_samples)
         with eval_mode(model):
@@ -136,10 +146,11 @@ class UGNCLMethod(Method):
                     p=self.p,
                     epsilon=self.epsilon,
                     soft_label=self.soft_label,
+                    lam=lam,
                 )
                 accumulator.add(batch.index.cpu(), division)
         self.division = accumulator.result()
-        return division_quality(self.division.sets, ctx.clean)
+        return {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
 
     # ------------------------------------------------------------------ step
     def training_step(
@@ -177,6 +188,7 @@ class UGNCLMethod(Method):
             u_bar=u_bar,
             margin_base=self.margin_base,
             trust_delta=self.trust_delta,
+            hard_noisy_trl=self.hard_noisy_trl,
             **common,
         )
 
