@@ -124,7 +124,6 @@ def test_trl_noisy_anchors_contribute_nothing():
     assert a.item() == b.item()
 
 
-
 def test_trl_without_hard_noisy_hinge_drops_exactly_those_anchors():
     """hard_noisy=False: the hand example's hard-noisy anchor 1 (0.125 + 0.075 = 0.2 at
     lam = 2) leaves the loss and gets no gradient; the CLEAN anchor's 0.05 + 0.15 stays."""

@@ -76,7 +76,7 @@ def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> No
     config, _ = load_config(name)
     options = config.method.ugncl
     assert (options.kl_weight, options.tau, options.evidence) == (0.1, 0.1, "tanh")
-    assert options.soft_label == "mean_rival"
+    assert options.soft_label == "top_rival"
     assert UGNCLMethod().evidence == "tanh"
 
 

@@ -44,9 +44,10 @@ class UGNCLConfig:
     evidence_floor: str = "keep"
     p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
     epsilon: float = 0.5  # hard-clean / hard-noisy threshold on the soft label
-    # Soft label of hard pairs: mean_rival (decision, README "UGNCL equations") | max_rival
-    # | projected (released b_ii / (1 - u)) | belief (paper b_ii).
-    soft_label: str = "mean_rival"
+    # Soft label of hard pairs: top_rival (decision, README "UGNCL equations": against the
+    # lambda strongest rivals of Eq. 16's schedule) | mean_rival | max_rival | projected
+    # (released b_ii / (1 - u)) | belief (paper b_ii).
+    soft_label: str = "top_rival"
     kl_weight: float = 0.1  # xi1
     trl_weight: float = 0.8  # xi2 (paper; the released default is 0.2)
     margin: float = 0.2  # gamma
@@ -86,7 +87,7 @@ class UGNCLMethod(Method):
         evidence_floor: str = "keep",
         p: float = 0.5,
         epsilon: float = 0.5,
-        soft_label: str = "mean_rival",
+        soft_label: str = "top_rival",
         kl_weight: float = 0.1,
         trl_weight: float = 0.8,
         margin: float = 0.2,
