@@ -18,7 +18,7 @@ $(STAMP): setup.py constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) tools/demo.py
+	$(PY) tools/demo.py --jobs 2 --threads 1
 
 # pytest's exit code 5 (no test collected) passes through as 5, which .ci/run reports.
 test: $(STAMP)

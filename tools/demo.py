@@ -23,8 +23,11 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import multiprocessing
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from precomputed.captions import read_captions_txt
@@ -37,7 +40,7 @@ from ugncl.cli import cli_main
 from ugncl.config import load_config
 from ugncl.engine.recorder import read_metrics
 from ugncl.metrics import retrieval_metrics
-from ugncl.training import train
+from ugncl.training import train, train_log_only
 
 __all__ = ["RUNS", "main"]
 
@@ -76,7 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--noise-ratio", type=float, default=0.5, help="caption noise ratio")
     parser.add_argument("--seed", type=int, default=None, help="train.seed of every run")
-    parser.add_argument("--threads", type=int, default=None, help="train.threads of every run")
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="train.threads of every run (default: torch's; with --jobs N > 1: cores / N)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--jobs", type=int, default=1,
+        help="train this many rows at once in worker processes (longest row first); a row's "
+        "result depends on its seed and thread count, not on --jobs",
+    )  # fmt: skip
     parser.add_argument(
         "--only", nargs="+", choices=sorted(_RUN_KEYS), default=None,
         help="train only these rows (the oracle row is always computed)",
@@ -196,6 +207,36 @@ def ratios(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+def train_rows(configs: dict, jobs: int) -> dict[str, tuple[dict, Path, float]]:
+    """Train every row; ``{name: (test record, run dir, seconds)}`` in table order.
+
+    ``jobs > 1`` trains rows in that many spawned worker processes, the longest (UGNCL)
+    submitted first so that the others fit beside it.
+    """
+    if jobs <= 1:
+        out = {}
+        for name, (cfg, config) in configs.items():
+            print(f"training {name} ({cfg}) ...", flush=True)
+            started = time.perf_counter()
+            result = train(config, config_name=cfg)
+            out[name] = (result.test, result.run_dir, time.perf_counter() - started)
+        return out
+    order = sorted(configs, key=lambda name: name != "UGNCL")
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {}
+        for name in order:
+            cfg, config = configs[name]
+            print(f"training {name} ({cfg}) in a worker; log: its train.log", flush=True)
+            futures[name] = pool.submit(train_log_only, config, config_name=cfg)
+        done = {}
+        for name in order:
+            result, seconds = futures[name].result()
+            done[name] = (result.test, result.run_dir, seconds)
+            print(f"  {name} done in {done[name][2] / 60:.1f} min", flush=True)
+    return {name: done[name] for name in configs}
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -211,8 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         common = [f"data.root={root}", f"run.out_dir={out}"]
         if args.seed is not None:
             common.append(f"train.seed={args.seed}")
-        if args.threads is not None:
-            common.append(f"train.threads={args.threads}")
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        threads = args.threads
+        if threads is None and args.jobs > 1:
+            threads = max(1, (os.cpu_count() or 1) // args.jobs)
+        if threads is not None:
+            common.append(f"train.threads={threads}")
         wanted = [_RUN_KEYS[k] for k in args.only] if args.only else list(RUNS)
         configs = {}
         for name in wanted:
@@ -225,13 +271,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 2
-    rows = []
-    for name, (cfg, config) in configs.items():
-        print(f"training {name} ({cfg}) ...", flush=True)
-        started = time.perf_counter()
-        result = train(config, config_name=cfg)
-        seconds = time.perf_counter() - started
-        rows.append(_row(name, result.test, last_division(result.run_dir), seconds, result.run_dir))
+    results = train_rows(configs, args.jobs)
+    rows = [
+        _row(name, test, last_division(run_dir), seconds, run_dir)
+        for name, (test, run_dir, seconds) in results.items()
+    ]
     rows.append(oracle_row(root))
     table = format_table(rows, args.noise_ratio)
     targets = ratios(rows)
@@ -244,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         "world": json.loads((root / DATASET_NAME / "world.json").read_text()),
         "noise_ratio": args.noise_ratio,
         "seed": args.seed,
-        "threads": args.threads,
+        "threads": threads,
+        "jobs": args.jobs,
         "rows": rows,
         "ratios": targets,
         "total_minutes": total,

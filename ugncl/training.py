@@ -11,8 +11,10 @@ TensorBoard) back to the checkpoint, so the records read as one run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,6 +249,16 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         return TrainResult(run_dir, summary["best_rsum"], summary["best_epoch"], test)
     finally:
         recorder.close()
+
+
+def train_log_only(config: Config, *, config_name: str) -> tuple[TrainResult, float]:
+    """:func:`train` with its console output dropped (the run's ``train.log`` keeps it all),
+    and its wall seconds: for worker processes that train beside others
+    (``tools/demo.py --jobs``)."""
+    started = time.perf_counter()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        result = train(config, config_name=config_name)
+    return result, time.perf_counter() - started
 
 
 def _write_config(config: Config, run_dir: Path) -> None:

@@ -57,6 +57,7 @@ def test_demo_generates_the_world_and_prints_every_row(demo, tmp_path, tiny_mode
         (["--world", "seed=x"], "is not of type int"),
         (["--noise-ratio", "1.0"], "--noise-ratio"),
         (["--set", "train.nope=1"], "nope"),
+        (["--jobs", "0"], "--jobs"),
     ],
 )
 def test_demo_bad_input_is_one_error_line(demo, tmp_path, argv, message, capsys):
@@ -64,3 +65,21 @@ def test_demo_bad_input_is_one_error_line(demo, tmp_path, argv, message, capsys)
     assert demo([*world, "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and message in err and "Traceback" not in err
+
+
+def test_demo_jobs_train_rows_in_workers_with_the_same_results(demo, tmp_path, tiny_model, capsys):
+    """--jobs 2 trains the rows in two spawned workers; a row depends on its seed and thread
+    count only, so the table equals the sequential one."""
+    root = tmp_path / "world"
+    common = ["--world-root", str(root), "--world", *TINY_WORLD, "--seed", "3", "--threads", "1",
+              "--only", "triplet", "ugncl", "--set", *_tiny_sets(tiny_model)]  # fmt: skip
+    assert demo([*common, "--out", str(tmp_path / "seq")]) == 0
+    assert demo([*common, "--out", str(tmp_path / "par"), "--jobs", "2"]) == 0
+    assert "in a worker" in capsys.readouterr().out
+
+    def rows(out: str) -> dict:
+        summary = json.loads((tmp_path / out / "demo_summary.json").read_text())
+        return {r["method"]: (r["rsum"], r["noisy_f1"]) for r in summary["rows"]}
+
+    assert rows("seq") == rows("par")
+    assert json.loads((tmp_path / "par" / "demo_summary.json").read_text())["jobs"] == 2
