@@ -28,6 +28,7 @@ from precomputed.errors import InvalidSettingError
 from ugncl.cli import cli_main
 from ugncl.compare import FORMATS, format_table, mean_row, read_run, train_or_resume
 from ugncl.config import load_config
+from ugncl.engine.recorder import setup_logging
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
 
@@ -57,6 +58,9 @@ def run_grid(args: argparse.Namespace) -> list[dict]:
         raise InvalidSettingError(f"--cfg {args.cfg} and --seeds {args.seeds} must not repeat")
     for config_name in args.cfg:  # every config and key checked before the first run trains
         load_config(config_name, args.set)
+    # open_clip logs through the root logger; without a handler there, its first message
+    # installs logging's default stderr handler and every run's log line is printed twice.
+    setup_logging(None)
     rows = []
     for config_name in args.cfg:
         group = []

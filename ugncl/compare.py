@@ -39,6 +39,7 @@ __all__ = [
     "summarize_run",
     "test_record",
     "train_or_resume",
+    "unfinished_error",
     "wall_seconds",
 ]
 
@@ -138,6 +139,15 @@ def _noise_ratio(config: dict[str, Any], setup: dict[str, Any]) -> float | None:
     return round(noisy / n, 4) if n and noisy is not None else None
 
 
+def unfinished_error(run_dir: str | Path) -> CompareError:
+    """The error for a run without a ``test`` record."""
+    return CompareError(
+        f"run {run_dir} has no test record in metrics.jsonl: it is unfinished (continue it with "
+        f"python tools/train.py --resume {run_dir}) or was trained with "
+        "eval.test_after_training=false"
+    )
+
+
 def summarize_run(
     name: str, config: dict[str, Any], records: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -153,11 +163,7 @@ def summarize_run(
     """
     test = test_record(records)
     if test is None:
-        raise CompareError(
-            f"run {name} has no test record in metrics.jsonl: it is unfinished (resume it with "
-            f"python tools/train.py --resume <dir>) or was trained with "
-            "eval.test_after_training=false"
-        )
+        raise unfinished_error(name)
     setup = next((r for r in records if r.get("event") == "setup"), {})
     seed = setup.get("seed", config.get("train", {}).get("seed"))
     return {
@@ -202,6 +208,8 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
         raise CompareError(f"{run_dir}: cannot read its config.yaml/metrics.jsonl ({err})") from err
     if not isinstance(config, dict):
         raise CompareError(f"{config_path} is not a config mapping")
+    if test_record(records) is None:
+        raise unfinished_error(run_dir)
     return summarize_run(run_dir.name, config, records)
 
 

@@ -171,44 +171,42 @@ def test_grid_errors_before_training(compare, tmp_path, capsys) -> None:
 
 
 def test_grid_trains_reuses_and_resumes(compare, tiny_world, tiny_model, tmp_path, capsys) -> None:
-    """triplet (no detection record) and UGNCL (division) x two seeds on the tiny world; a
-    second call reuses every finished run and resumes one cut short."""
+    """UGNCL (division records) x two seeds, one epoch each, on the tiny world; a second call
+    reuses the finished run and resumes the one whose test was cut off."""
     out = tmp_path / "grid"
     overrides = [
         f"data.root={tiny_world}", "data.dev_images=12", "data.train_images=16",
-        "train.batch_size=16", "train.eval_batch_size=12", "train.warmup_epochs=1",
+        "train.batch_size=16", "train.eval_batch_size=12", "train.warmup_epochs=0",
         "train.epochs=1", "train.log_every=5", "method.ugncl.lambda_min=3", *tiny_model,
     ]  # fmt: skip
-    argv = ["--cfg", "triplet_synthetic", "ugncl_synthetic", "--seeds", "0", "1"]
-    argv += ["--out", str(out), "--format", "csv", "--set", *overrides]
+    argv = ["--cfg", "ugncl_synthetic", "--seeds", "0", "1", "--out", str(out)]
+    argv += ["--format", "csv", "--set", *overrides]
     assert compare(argv) == 0
     captured = capsys.readouterr()
-    assert captured.err.count("trained: ") == 4
-    table = captured.out[captured.out.index("run,method") :]
+    assert captured.err.count("trained: ") == 2
+    table = captured.out[captured.out.index("run,method") :]  # training logs come first
     rows = _csv_rows(table)
-    assert list(rows) == [
-        "triplet_synthetic-s0", "triplet_synthetic-s1", "triplet_synthetic",
-        "ugncl_synthetic-s0", "ugncl_synthetic-s1", "ugncl_synthetic",
-    ]  # fmt: skip
+    assert list(rows) == ["ugncl_synthetic-s0", "ugncl_synthetic-s1", "ugncl_synthetic"]
     assert (out / "compare.csv").read_text(encoding="utf-8").strip() == table.strip()
-    u0, u1, mean = rows["ugncl_synthetic-s0"], rows["ugncl_synthetic-s1"], rows["ugncl_synthetic"]
-    assert (u0["seed"], u1["seed"], mean["seed"]) == ("0", "1", "mean of 2")
-    assert u0["noisy_f1"] != "" and rows["triplet_synthetic-s0"]["noisy_f1"] == ""
-    assert float(mean["rsum"]) == pytest.approx((float(u0["rsum"]) + float(u1["rsum"])) / 2)
-    assert float(u0["wall_s"]) > 0
+    s0, s1, mean = rows["ugncl_synthetic-s0"], rows["ugncl_synthetic-s1"], rows["ugncl_synthetic"]
+    assert (s0["seed"], s1["seed"], mean["seed"]) == ("0", "1", "mean of 2")
+    assert (s0["method"], s0["backbone"], s0["best_epoch"], s0["weight_auc"]) == (
+        "ugncl", "sgraf", "0", ""
+    )  # fmt: skip
+    assert 0.0 <= float(s0["noisy_f1"]) <= 1.0 and float(s0["wall_s"]) > 0
+    assert float(mean["rsum"]) == pytest.approx((float(s0["rsum"]) + float(s1["rsum"])) / 2)
 
-    # Cut one run back to "killed after its first epoch": the next call resumes only it.
-    run = out / "ugncl_synthetic-s1"
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    kept = [r for r in records if r["event"] not in ("test",) and r.get("epoch", 0) < 1]
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    (run / "checkpoints" / "last.pt").unlink()
+    # Seed 1 "killed" before its test: the next call tests it (resume) and reuses seed 0.
+    metrics = out / "ugncl_synthetic-s1" / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+    kept = "".join(json.dumps(r) + "\n" for r in records if r["event"] != "test")
+    metrics.write_text(kept, encoding="utf-8")
     assert compare(argv) == 0
     captured = capsys.readouterr()
-    assert captured.err.count("reused: ") == 3 and captured.err.count("resumed: ") == 1
+    assert captured.err.count("reused: ") == 1 and captured.err.count("resumed: ") == 1
     again = _csv_rows(captured.out[captured.out.index("run,method") :])
-    assert again["ugncl_synthetic-s1"]["rsum"] == u1["rsum"]  # same seed, same result
-    assert again["triplet_synthetic-s0"] == rows["triplet_synthetic-s0"]
+    assert again["ugncl_synthetic-s1"]["rsum"] == s1["rsum"]  # the same best checkpoint
+    assert again["ugncl_synthetic-s0"] == s0
 
     # Other settings for an existing grid folder are refused, not silently reused.
     assert compare([*argv, "train.lr=0.5"]) == 2
