@@ -1,0 +1,213 @@
+"""tools/compare.py: the side-by-side table from hand-written run directories (both record
+kinds, every format, the error contract) and one tiny end-to-end grid on the tiny world."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ugncl.compare import mean_row, summarize_run, wall_seconds
+
+
+def _test_records(
+    step: int, epoch: int, rsum: float, r1: tuple[float, float], time: float = 160.0
+) -> list[dict]:
+    metrics = {"i2t/R@1": r1[0], "t2i/R@1": r1[1], "rsum": rsum}
+    return [
+        {"event": "test", "epoch": epoch, "step": step, "split": "test", **metrics, "time": time}
+    ]
+
+
+def write_run(root: Path, name: str, config: dict, records: list[dict]) -> Path:
+    """A run directory as tools/train.py leaves it (only what compare reads)."""
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    (run / "metrics.jsonl").write_text(lines, encoding="utf-8")
+    return run
+
+
+def _config(method: str, backbone: str, name: str, ratio: float, seed: int) -> dict:
+    return {
+        "data": {"name": name, "noise_ratio": ratio, "noise_file": None},
+        "model": {"backbone": backbone},
+        "method": {"name": method},
+        "train": {"seed": seed},
+    }
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> dict[str, Path]:
+    """An evidential run (UGNCL ``division`` records), a weight-based run (OSA
+    ``noise_detection``), a plain CLIP run (no detection) and an unfinished one."""
+    setup = {"event": "setup", "seed": 3, "n_train_captions": 100, "n_noisy": 48, "time": 100.0}
+    ugncl = [
+        setup,
+        {"event": "division", "epoch": 1, "noisy_f1": 0.61, "n_clean": 10, "time": 110.0},
+        {"event": "val", "epoch": 1, "rsum": 50.0, "time": 120.0},
+        {"event": "division", "epoch": 2, "noisy_f1": 0.72, "n_clean": 12, "time": 130.0},
+        {"event": "val", "epoch": 2, "rsum": 55.0, "time": 150.0},
+        *_test_records(step=40, epoch=2, rsum=123.4, r1=(10.0, 8.0)),
+    ]
+    osa = [
+        {**setup, "seed": 0},
+        {"event": "method_setup", "method": "osa", "time": 101.0},
+        {"event": "noise_detection", "epoch": 0, "weight_auc": 0.8, "time": 102.0},
+        {"event": "val", "epoch": 0, "rsum": 60.0, "time": 120.0},
+        # killed after epoch 0 and resumed 1000 s later: the gap is not training time
+        {"event": "resume", "epoch": 1, "step": 10, "time": 1120.0},
+        {"event": "noise_detection", "epoch": 1, "weight_auc": 0.9, "time": 1121.0},
+        {"event": "val", "epoch": 1, "rsum": 58.0, "time": 1140.0},
+        # COCO-like: two sections of one test; the first is the main protocol
+        *_test_records(step=20, epoch=0, rsum=200.0, r1=(30.0, 20.0), time=1160.0),
+        {"event": "test", "epoch": 0, "step": 20, "split": "testall/5k", "rsum": 1.0},
+    ]
+    clip = [
+        {**setup, "seed": 0},
+        {"event": "val", "epoch": 0, "rsum": 60.0, "time": 130.0},
+        *_test_records(step=20, epoch=0, rsum=180.0, r1=(25.0, 15.0)),
+    ]
+    unfinished = [setup, {"event": "val", "epoch": 0, "rsum": 1.0, "time": 120.0}]
+    return {
+        "ugncl": write_run(tmp_path, "ugncl-run", _config("ugncl", "sgraf", "f30k", 0.5, 3), ugncl),
+        "osa": write_run(tmp_path, "osa-run", _config("osa", "clip", "synth", 0.5, 0), osa),
+        "clip": write_run(tmp_path, "clip-run", _config("clip", "clip", "synth", 0.5, 0), clip),
+        "unfinished": write_run(
+            tmp_path, "half-run", _config("clip", "clip", "synth", 0.5, 0), unfinished
+        ),
+    }
+
+
+@pytest.fixture
+def compare(tool):
+    return tool("compare").main
+
+
+def _csv_rows(text: str) -> dict[str, dict[str, str]]:
+    return {row["run"]: row for row in csv.DictReader(io.StringIO(text))}
+
+
+def test_csv_table_of_evidential_and_weight_based_runs(compare, runs, capsys) -> None:
+    rc = compare([str(runs["ugncl"]), str(runs["osa"]), str(runs["clip"]), "--format", "csv"])
+    assert rc == 0
+    rows = _csv_rows(capsys.readouterr().out)
+    assert list(rows) == ["ugncl-run", "osa-run", "clip-run"]
+    u, o, c = rows["ugncl-run"], rows["osa-run"], rows["clip-run"]
+    assert (u["method"], u["backbone"], u["dataset"], u["seed"]) == ("ugncl", "sgraf", "f30k", "3")
+    # last epoch's division F1, no weights
+    assert (u["rsum"], u["best_epoch"], u["noisy_f1"], u["weight_auc"]) == (
+        "123.4",
+        "2",
+        "0.72",
+        "",
+    )
+    assert (u["i2t_r1"], u["t2i_r1"], u["wall_s"]) == ("10.0", "8.0", "60.0")
+    # last epoch's weight AUC, no selection F1; first test section; resume gap not counted
+    assert (o["weight_auc"], o["noisy_f1"], o["rsum"], o["best_epoch"]) == ("0.9", "", "200.0", "0")
+    assert float(o["wall_s"]) == pytest.approx(20.0 + 40.0)
+    assert (c["noisy_f1"], c["weight_auc"], c["noise_ratio"]) == ("", "", "0.5")
+
+
+def test_markdown_and_json(compare, runs, capsys) -> None:
+    assert compare([str(runs["ugncl"]), str(runs["clip"])]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("| run") and "test rSum" in lines[0] and "weight AUC" in lines[0]
+    assert set(lines[1]) <= set("|-: ")
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[6] == "123.4" and cells[10] == "0.720" and cells[11] == "" and cells[12] == "60"
+    assert compare([str(runs["osa"]), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["run"] == "osa-run" and row["weight_auc"] == 0.9 and row["noisy_f1"] is None
+
+
+def test_mean_row_and_measured_noise_ratio(runs) -> None:
+    records = [
+        {"event": "setup", "seed": 1, "n_train_captions": 200, "n_noisy": 50},
+        {"event": "test", "epoch": 1, "step": 5, "rsum": 10.0, "i2t/R@1": 1.0, "t2i/R@1": 2.0},
+    ]
+    config = {**_config("npc", "clip", "synth", 0.5, 1), "data": {"noise_file": "n.npy"}}
+    row = summarize_run("a", config, records)
+    assert row["noise_ratio"] == 0.25 and row["wall_s"] is None  # from the file, no stamps
+    other = {**row, "rsum": 20.0, "weight_auc": 0.7, "seed": 2}
+    mean = mean_row([row, other], "npc")
+    assert mean["rsum"] == 15.0 and mean["weight_auc"] == 0.7 and mean["noisy_f1"] is None
+    assert mean["method"] == "npc" and mean["seed"] == "mean of 2" and mean["best_epoch"] is None
+    assert wall_seconds([{"event": "resume", "time": 5.0}, {"event": "val", "time": 7.0}]) == 2.0
+
+
+@pytest.mark.parametrize(
+    "which, expected",
+    [
+        ("unfinished", "no test record"),
+        ("missing", "not a run directory (no such folder)"),
+        ("empty", "not a run directory (no config.yaml or metrics.jsonl)"),
+    ],
+)
+def test_bad_run_dirs_are_one_error_line(compare, runs, tmp_path, capsys, which, expected) -> None:
+    (tmp_path / "empty").mkdir()
+    path = runs.get(which, tmp_path / which)
+    assert compare([str(runs["clip"]), str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: ") and expected in line
+
+
+def test_grid_errors_before_training(compare, tmp_path, capsys) -> None:
+    out = tmp_path / "grid"
+    assert compare(["--cfg", "clip_synthetic", "no_such_config", "--out", str(out)]) == 2
+    assert "config 'no_such_config' not found" in capsys.readouterr().err
+    assert compare(["--cfg", "clip_synthetic", "--out", str(out), "--set", "train.epoch=1"]) == 2
+    assert "train.epoch" in capsys.readouterr().err
+    assert not out.exists()  # nothing trained, no folder left behind
+    with pytest.raises(SystemExit):  # neither runs nor --cfg: argparse's usage error
+        compare([])
+
+
+def test_grid_trains_reuses_and_resumes(compare, tiny_world, tiny_model, tmp_path, capsys) -> None:
+    """UGNCL (division records) x two seeds, one epoch each, on the tiny world; a second call
+    reuses the finished run and resumes the one whose test was cut off."""
+    out = tmp_path / "grid"
+    overrides = [
+        f"data.root={tiny_world}", "data.dev_images=12", "data.train_images=16",
+        "train.batch_size=16", "train.eval_batch_size=12", "train.warmup_epochs=0",
+        "train.epochs=1", "train.log_every=5", "method.ugncl.lambda_min=3", *tiny_model,
+    ]  # fmt: skip
+    argv = ["--cfg", "ugncl_synthetic", "--seeds", "0", "1", "--out", str(out)]
+    argv += ["--format", "csv", "--set", *overrides]
+    assert compare(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("trained: ") == 2
+    table = captured.out[captured.out.index("run,method") :]  # training logs come first
+    rows = _csv_rows(table)
+    assert list(rows) == ["ugncl_synthetic-s0", "ugncl_synthetic-s1", "ugncl_synthetic"]
+    assert (out / "compare.csv").read_text(encoding="utf-8").strip() == table.strip()
+    s0, s1, mean = rows["ugncl_synthetic-s0"], rows["ugncl_synthetic-s1"], rows["ugncl_synthetic"]
+    assert (s0["seed"], s1["seed"], mean["seed"]) == ("0", "1", "mean of 2")
+    assert (s0["method"], s0["backbone"], s0["best_epoch"], s0["weight_auc"]) == (
+        "ugncl", "sgraf", "0", ""
+    )  # fmt: skip
+    assert 0.0 <= float(s0["noisy_f1"]) <= 1.0 and float(s0["wall_s"]) > 0
+    assert float(mean["rsum"]) == pytest.approx((float(s0["rsum"]) + float(s1["rsum"])) / 2)
+
+    # Seed 1 "killed" before its test: the next call tests it (resume) and reuses seed 0.
+    metrics = out / "ugncl_synthetic-s1" / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+    kept = "".join(json.dumps(r) + "\n" for r in records if r["event"] != "test")
+    metrics.write_text(kept, encoding="utf-8")
+    assert compare(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("reused: ") == 1 and captured.err.count("resumed: ") == 1
+    again = _csv_rows(captured.out[captured.out.index("run,method") :])
+    assert again["ugncl_synthetic-s1"]["rsum"] == s1["rsum"]  # the same best checkpoint
+    assert again["ugncl_synthetic-s0"] == s0
+
+    # Other settings for an existing grid folder are refused, not silently reused.
+    assert compare([*argv, "train.lr=0.5"]) == 2
+    assert "already holds a run with other settings" in capsys.readouterr().err
