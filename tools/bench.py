@@ -8,7 +8,9 @@
 ``methods`` trains each ``<method>_synthetic`` config for two epochs, the methods interleaved
 round by round (a shared machine's load hits them alike), and prints the seconds of the second
 epoch (the method's per-epoch pass + the training steps; validation excluded) of each, the
-ratio to the first method (``clip``), the one-off setup pass and the load average.
+ratio to the first method (``clip``), the one-off setup pass and the load average, and the
+process CPU seconds of that epoch (validation and checkpoint excluded) with their ratio: on a
+shared machine the CPU ratio is the stabler one (use ``train.threads=1``).
 
 ``clip`` times training steps of the CLIP backbone (fp32, symmetric InfoNCE, fused AdamW: the
 pretraining loop of ``ugncl.clip.pretrain``) on random pixels and captions and prints pairs/s
@@ -43,6 +45,7 @@ already peaked higher).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -431,6 +434,42 @@ def _epoch_seconds(records: list[dict]) -> tuple[float, float | None]:
     return last1 - val0, (setup[0] if setup else None)
 
 
+@contextlib.contextmanager
+def epoch_cpu_seconds():
+    """Yield a list that receives the process CPU seconds of every training epoch run inside
+    (``Trainer._run_epoch`` minus its validation and checkpoint): on a shared machine the
+    wall clock measures the neighbours' load as much as the method, CPU time does not (with
+    ``train.threads=1`` and ``data.num_workers=0`` it is the one thread's work)."""
+    from ugncl.engine.trainer import Trainer
+
+    seconds: list[float] = []
+    excluded = [0.0]
+    run_epoch, evaluate, checkpoint = Trainer._run_epoch, Trainer.evaluate, Trainer._checkpoint
+
+    def excluding(fn):
+        def wrapped(self, *a, **kw):
+            t0 = time.process_time()
+            try:
+                return fn(self, *a, **kw)
+            finally:
+                excluded[0] += time.process_time() - t0
+
+        return wrapped
+
+    def timed_epoch(self, epoch):
+        excluded[0] = 0.0
+        t0 = time.process_time()
+        run_epoch(self, epoch)
+        seconds.append(time.process_time() - t0 - excluded[0])
+
+    Trainer._run_epoch, Trainer.evaluate = timed_epoch, excluding(evaluate)
+    Trainer._checkpoint = excluding(checkpoint)
+    try:
+        yield seconds
+    finally:
+        Trainer._run_epoch, Trainer.evaluate, Trainer._checkpoint = run_epoch, evaluate, checkpoint
+
+
 def bench_methods(args: argparse.Namespace) -> dict:
     """Seconds per epoch of each method's synthetic config, interleaved over rounds."""
     import statistics
@@ -450,18 +489,24 @@ def bench_methods(args: argparse.Namespace) -> dict:
                 ]  # fmt: skip
                 config, _ = load_config(f"{m}_synthetic", overrides)
                 load = os.getloadavg()[0]
-                result = train(config, config_name=m)
+                with epoch_cpu_seconds() as cpu:
+                    result = train(config, config_name=m)
                 epoch, setup = _epoch_seconds(read_metrics(result.run_dir))
-                runs[m].append({"epoch_s": epoch, "setup_s": setup, "load1": load})
+                runs[m].append({"epoch_s": epoch, "cpu_s": cpu[1], "setup_s": setup,
+                                "load1": load})  # fmt: skip
     base = statistics.median(x["epoch_s"] for x in runs[args.methods[0]])
+    base_cpu = statistics.median(x["cpu_s"] for x in runs[args.methods[0]])
     table = []
     for m, xs in runs.items():
         epoch = statistics.median(x["epoch_s"] for x in xs)
+        cpu = statistics.median(x["cpu_s"] for x in xs)
         setups = [x["setup_s"] for x in xs if x["setup_s"] is not None]
         table.append({
             "method": m, "epoch_s": round(epoch, 2), "ratio": round(epoch / base, 3),
+            "cpu_s": round(cpu, 2), "cpu_ratio": round(cpu / base_cpu, 3),
             "setup_s": round(statistics.median(setups), 2) if setups else None,
             "epoch_s_all": [round(x["epoch_s"], 2) for x in xs],
+            "cpu_s_all": [round(x["cpu_s"], 2) for x in xs],
             "load1": [round(x["load1"], 2) for x in xs],
         })  # fmt: skip
     return {"set": args.set, "rounds": args.rounds, "cpus": os.cpu_count(), "results": table}
