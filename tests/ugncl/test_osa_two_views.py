@@ -45,8 +45,12 @@ def test_config_opens_the_raw_image_view_for_a_clip_estimator(clip_world, tmp_pa
     root, estimator, path = clip_world
     contexts = []
     plain_context = trainer_module.Trainer.context
-    monkeypatch.setattr(trainer_module.Trainer, "context",
-                        lambda self: contexts.append(plain_context(self)) or contexts[-1])  # fmt: skip
+
+    def recorded_context(self):
+        contexts.append(plain_context(self))
+        return contexts[-1]
+
+    monkeypatch.setattr(trainer_module.Trainer, "context", recorded_context)
     overrides = [*TINY, f"data.root={root}", f"run.out_dir={tmp_path}", "run.name=osa_sgraf",
                  f"method.osa.estimator={path}"]  # fmt: skip
     config, _ = load_config("osa_sgraf_synthetic", overrides)
