@@ -4,11 +4,19 @@
 ``python tools/bench.py feature-open --path /tmp/big.npy [--images 18000]``
 ``python tools/bench.py clip [--model ugncl-tiny] [--batch-size 32] [--threads 1 2] [--steps 20]``
 ``python tools/bench.py methods [--methods clip npc sdd osa] [--rounds 2] [--set KEY=VALUE ...]``
+``python tools/bench.py method-steps [--methods clip npc sdd osa] [--steps 5] [--set ...]``
 
 ``methods`` trains each ``<method>_synthetic`` config for two epochs, the methods interleaved
 round by round (a shared machine's load hits them alike), and prints the seconds of the second
 epoch (the method's per-epoch pass + the training steps; validation excluded) of each, the
-ratio to the first method (``clip``), the one-off setup pass and the load average.
+ratio to the first method (``clip``), the one-off setup pass and the load average, and the
+process CPU seconds of that epoch (validation and checkpoint excluded) with their ratio: on a
+shared machine the CPU ratio is the stabler one (use ``train.threads=1``).
+
+``method-steps`` prints the process CPU seconds of one training step of each method (the
+trainer's step after the method's setup and first epoch start; per-epoch passes and data
+loading of the batch excluded) and the ratio to the first method: a step-level cost that a
+shared machine's load does not distort.
 
 ``clip`` times training steps of the CLIP backbone (fp32, symmetric InfoNCE, fused AdamW: the
 pretraining loop of ``ugncl.clip.pretrain``) on random pixels and captions and prints pairs/s
@@ -43,6 +51,7 @@ already peaked higher).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -431,6 +440,42 @@ def _epoch_seconds(records: list[dict]) -> tuple[float, float | None]:
     return last1 - val0, (setup[0] if setup else None)
 
 
+@contextlib.contextmanager
+def epoch_cpu_seconds():
+    """Yield a list that receives the process CPU seconds of every training epoch run inside
+    (``Trainer._run_epoch`` minus its validation and checkpoint): on a shared machine the
+    wall clock measures the neighbours' load as much as the method, CPU time does not (with
+    ``train.threads=1`` and ``data.num_workers=0`` it is the one thread's work)."""
+    from ugncl.engine.trainer import Trainer
+
+    seconds: list[float] = []
+    excluded = [0.0]
+    run_epoch, evaluate, checkpoint = Trainer._run_epoch, Trainer.evaluate, Trainer._checkpoint
+
+    def excluding(fn):
+        def wrapped(self, *a, **kw):
+            t0 = time.process_time()
+            try:
+                return fn(self, *a, **kw)
+            finally:
+                excluded[0] += time.process_time() - t0
+
+        return wrapped
+
+    def timed_epoch(self, epoch):
+        excluded[0] = 0.0
+        t0 = time.process_time()
+        run_epoch(self, epoch)
+        seconds.append(time.process_time() - t0 - excluded[0])
+
+    Trainer._run_epoch, Trainer.evaluate = timed_epoch, excluding(evaluate)
+    Trainer._checkpoint = excluding(checkpoint)
+    try:
+        yield seconds
+    finally:
+        Trainer._run_epoch, Trainer.evaluate, Trainer._checkpoint = run_epoch, evaluate, checkpoint
+
+
 def bench_methods(args: argparse.Namespace) -> dict:
     """Seconds per epoch of each method's synthetic config, interleaved over rounds."""
     import statistics
@@ -450,21 +495,89 @@ def bench_methods(args: argparse.Namespace) -> dict:
                 ]  # fmt: skip
                 config, _ = load_config(f"{m}_synthetic", overrides)
                 load = os.getloadavg()[0]
-                result = train(config, config_name=m)
+                with epoch_cpu_seconds() as cpu:
+                    result = train(config, config_name=m)
                 epoch, setup = _epoch_seconds(read_metrics(result.run_dir))
-                runs[m].append({"epoch_s": epoch, "setup_s": setup, "load1": load})
+                runs[m].append({"epoch_s": epoch, "cpu_s": cpu[1], "setup_s": setup,
+                                "load1": load})  # fmt: skip
     base = statistics.median(x["epoch_s"] for x in runs[args.methods[0]])
+    base_cpu = statistics.median(x["cpu_s"] for x in runs[args.methods[0]])
     table = []
     for m, xs in runs.items():
         epoch = statistics.median(x["epoch_s"] for x in xs)
+        cpu = statistics.median(x["cpu_s"] for x in xs)
         setups = [x["setup_s"] for x in xs if x["setup_s"] is not None]
         table.append({
             "method": m, "epoch_s": round(epoch, 2), "ratio": round(epoch / base, 3),
+            "cpu_s": round(cpu, 2), "cpu_ratio": round(cpu / base_cpu, 3),
             "setup_s": round(statistics.median(setups), 2) if setups else None,
             "epoch_s_all": [round(x["epoch_s"], 2) for x in xs],
+            "cpu_s_all": [round(x["cpu_s"], 2) for x in xs],
             "load1": [round(x["load1"], 2) for x in xs],
         })  # fmt: skip
     return {"set": args.set, "rounds": args.rounds, "cpus": os.cpu_count(), "results": table}
+
+
+def bench_method_steps(args: argparse.Namespace) -> dict:
+    """Process CPU seconds of one training step of each method's synthetic config (the
+    trainer's ``_train_step``: the method's step, backward, clipping, optimiser step), after
+    its setup and first ``on_epoch_start``; the first step is a warm-up and not counted."""
+    import tempfile
+
+    from ugncl.build import (
+        build_method,
+        build_model,
+        build_optimizer_and_schedule,
+        open_run_data,
+    )
+    from ugncl.config import load_config
+    from ugncl.engine.context import StepContext
+    from ugncl.engine.device import select_precision
+    from ugncl.engine.recorder import MetricsRecorder
+    from ugncl.engine.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    cpu = torch.device("cpu")
+    results = []
+    for m in args.methods:
+        config, _ = load_config(f"{m}_synthetic", args.set)
+        torch.manual_seed(0)
+        data = open_run_data(config)
+        model = build_model(config, data)
+        train_data = data.training_data()
+        batch_size = config.train.batch_size
+        method = build_method(config, model, train_data.num_samples)
+        optimizer, schedule = build_optimizer_and_schedule(
+            config, model, method, train_data.num_samples // batch_size
+        )
+        with tempfile.TemporaryDirectory() as out:
+            trainer = Trainer(
+                model=model, method=method, data=train_data, optimizer=optimizer,
+                schedule=schedule, evaluator=None, run_dir=Path(out),
+                recorder=MetricsRecorder(Path(out)), device=cpu,
+                precision=select_precision("off", cpu), seed=0, epochs=1,
+                batch_size=batch_size, grad_clip=config.train.grad_clip,
+            )  # fmt: skip
+            ctx = trainer.context()
+            method.setup(ctx)
+            method.on_epoch_start(ctx, 0)
+            subset = method.epoch_samples(ctx, 0)
+            batches = iter(trainer.ordered_batches(0, batch_size, 0, subset, drop_last=True))
+            model.train()
+            seconds = []
+            for i in range(args.steps + 1):
+                batch = next(batches)
+                lr = float(optimizer.param_groups[0]["lr"])
+                t0 = time.process_time()
+                trainer._train_step(batch, StepContext(0, i, False, cpu, lr))
+                seconds.append(time.process_time() - t0)
+            trainer.recorder.close()
+        results.append({"method": m, "cpu_s_per_step": sum(seconds[1:]) / args.steps})
+    base = results[0]["cpu_s_per_step"]
+    for r in results:
+        r["ratio"] = round(r["cpu_s_per_step"] / base, 3)
+        r["cpu_s_per_step"] = round(r["cpu_s_per_step"], 3)
+    return {"set": args.set, "steps": args.steps, "threads": args.threads, "results": results}
 
 
 @cli_main
@@ -508,7 +621,15 @@ def main(argv: list[str] | None = None) -> int:
     mm.add_argument("--methods", nargs="+", default=["clip", "npc", "sdd", "osa"])
     mm.add_argument("--rounds", type=int, default=2)
     mm.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
+    ms = sub.add_parser("method-steps", help="CPU seconds per training step of each method")
+    ms.add_argument("--methods", nargs="+", default=["clip", "npc", "sdd", "osa"])
+    ms.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up step)")
+    ms.add_argument("--threads", type=int, default=1)
+    ms.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
     args = parser.parse_args(argv)
+    if args.what == "method-steps":
+        print(json.dumps(bench_method_steps(args), indent=2))
+        return 0
     if args.what == "methods":
         print(json.dumps(bench_methods(args), indent=2))
         return 0

@@ -19,12 +19,9 @@ from pathlib import Path
 import torch
 
 from precomputed.errors import InvalidSettingError
-from ugncl.build import BACKBONES, build_method, model_from_checkpoint
+from ugncl.build import BACKBONES, build_method, model_from_file
 from ugncl.cli import cli_main
-from ugncl.clip.backbone import clip_from_weights_file
-from ugncl.clip.loading import WeightsError
 from ugncl.config import Config, ConfigError, DataConfig, build_config, choices
-from ugncl.engine.checkpoint import CheckpointError, load_checkpoint
 from ugncl.engine.device import select_device
 from ugncl.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
 from ugncl.experiment import check_vocab, open_vocab
@@ -85,15 +82,8 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
 def load_model(path: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
     """A training checkpoint, or a CLIP weights file of this package (zero-shot; no saved
     config: pass --data-root and --name)."""
-    try:
-        state = load_checkpoint(path, map_location="cpu")
-    except CheckpointError as err:
-        try:
-            model = clip_from_weights_file(path)
-        except WeightsError:
-            raise err from None
-        return model.to(device), {}
-    return model_from_checkpoint(state).to(device), state
+    model, state = model_from_file(path)
+    return model.to(device), state
 
 
 @cli_main

@@ -16,9 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ugncl.clip.backbone import CLIPConfig, build_clip_backbone, clip_eval_split, clip_from_config
-from ugncl.clip.run_data import open_clip_data
-from ugncl.data import RunData
+from ugncl.clip.backbone import (
+    CLIPConfig,
+    build_clip_backbone,
+    clip_eval_split,
+    clip_from_config,
+    clip_from_weights_file,
+)
+from ugncl.clip.loading import WeightsError
+from ugncl.clip.run_data import open_clip_data, open_clip_view
+from ugncl.config import ConfigError
+from ugncl.data import RunData, TrainingData
+from ugncl.engine.checkpoint import CheckpointError, load_checkpoint
 from ugncl.experiment import open_eval_split
 from ugncl.methods import METHODS, Method
 from ugncl.optim import Schedule, build_optimizer, build_schedule
@@ -36,6 +45,8 @@ __all__ = [
     "build_model",
     "build_optimizer_and_schedule",
     "model_from_checkpoint",
+    "model_from_file",
+    "open_estimator_view",
     "open_run_data",
 ]
 
@@ -52,12 +63,20 @@ class BackboneSpec:
     from_config: Callable[[dict[str, Any]], SimilarityModel]
     # (data section, split name, model) -> the split to rank (an EvalData or opened split)
     open_eval_split: Callable[[Any, str, SimilarityModel], Any] = open_eval_split
+    # (data section, the run's data) -> model -> the run's training pairs in this backbone's
+    # input format (``data.estimator``: an estimator of this backbone on another backbone's run)
+    open_view: Callable[[Any, RunData], Callable[[SimilarityModel], TrainingData]] | None = None
 
 
 BACKBONES: dict[str, BackboneSpec] = {
     "sgraf": BackboneSpec(SGRAFConfig, open_sgraf_data, build_sgraf, sgraf_from_config),
     "clip": BackboneSpec(
-        CLIPConfig, open_clip_data, build_clip_backbone, clip_from_config, clip_eval_split
+        CLIPConfig,
+        open_clip_data,
+        build_clip_backbone,
+        clip_from_config,
+        clip_eval_split,
+        open_clip_view,
     ),
 }
 
@@ -84,6 +103,37 @@ def model_from_checkpoint(state: dict[str, Any]) -> SimilarityModel:
     model = BACKBONES[name].from_config(state["model_config"])
     model.load_state_dict(state["model"])
     return model
+
+
+def model_from_file(path: str) -> tuple[SimilarityModel, dict[str, Any]]:
+    """``(model, checkpoint)`` of a training checkpoint, or ``(model, {})`` of a CLIP weights
+    file of this package (``tools/pretrain_clip.py``'s stand-in), on the CPU."""
+    try:
+        state = load_checkpoint(path, map_location="cpu")
+    except CheckpointError as err:
+        try:
+            return clip_from_weights_file(path), {}
+        except WeightsError:
+            raise err from None
+    return model_from_checkpoint(state), state
+
+
+def open_estimator_view(
+    config: Config, data: RunData
+) -> Callable[[SimilarityModel], TrainingData] | None:
+    """``data.estimator``: the run's training pairs in another backbone's input format, opened
+    and checked against ``data`` (None when ``data.estimator.name`` is null)."""
+    view = config.data.estimator
+    if not view.name:
+        return None
+    spec = BACKBONES.get(view.backbone)
+    if spec is None or spec.open_view is None:
+        offered = sorted(n for n, b in BACKBONES.items() if b.open_view is not None)
+        raise ConfigError(
+            f"data.estimator.backbone={view.backbone!r} offers no view of the training pairs; "
+            f"use one of {offered}"
+        )
+    return spec.open_view(config.data, data)
 
 
 def build_method(

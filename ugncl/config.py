@@ -40,7 +40,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 BASE_KEY = "_base_"
 DEFAULT_BASE = CONFIG_DIR / "base.yaml"
 # Path-valued keys resolved against the working directory at load time.
-PATH_KEYS = ("data.root", "data.vocab", "data.noise_file")
+PATH_KEYS = ("data.root", "data.vocab", "data.noise_file", "data.estimator.root")
 # Keys holding a path or a word (``random``, a hub tag to refuse): resolved only when the value
 # looks like a path (a ``/``, a suffix or ``~``).
 PATH_OR_WORD_KEYS = ("model.clip.pretrained",)
@@ -63,6 +63,21 @@ class ImageDataConfig:
     naming: str = "auto"
     layout: str = "auto"  # auto | scan_split (NPC/SDD) | osa
     check_files: bool = True  # stat every image when a split opens (names what is missing)
+
+
+@dataclass
+class EstimatorViewConfig:
+    """``data.estimator``: the same training pairs in another backbone's input format, for a
+    frozen estimator of that backbone (OSA's CLIP estimator weighting an SGRAF run).
+
+    The view is the folder ``<root or data.root>/<name>`` read like a run of ``backbone``; it
+    must hold the same training split (same images and captions, in order) and gives the
+    same noise index under the run's ``data.*`` noise keys, else the run refuses to start.
+    """
+
+    backbone: str = "clip"  # whose input format (clip: raw images, data.clip.* naming/layout)
+    name: str | None = None  # null: no second view; e.g. synthetic_clip
+    root: str | None = None  # null: data.root
 
 
 @dataclass
@@ -96,6 +111,7 @@ class DataConfig:
     # (the ``setup`` record's ``n_truncated_captions``). null: no cap.
     max_caption_tokens: int | None = 100
     clip: ImageDataConfig = field(default_factory=ImageDataConfig)
+    estimator: EstimatorViewConfig = field(default_factory=EstimatorViewConfig)
 
 
 @dataclass
@@ -205,6 +221,7 @@ def choices() -> dict[str, tuple[str, ...]]:
     out = dict(CHOICES)
     out["eval.eval_score"] = tuple(EVAL_SCORES)
     out["model.backbone"] = tuple(BACKBONES)
+    out["data.estimator.backbone"] = tuple(n for n, b in BACKBONES.items() if b.open_view)
     out["method.name"] = tuple(METHODS)
     out["train.optimizer"] = tuple(OPTIMIZERS)
     out["train.schedule"] = tuple(SCHEDULES)

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from precomputed.captions import read_captions
 from precomputed.dataset import PrecomputedSplit, open_split
 from precomputed.errors import CheckpointError, DataNotFoundError
+from precomputed.layout import locate_split
 from precomputed.noise import (
     clean_image_index,
     load_noise_index,
@@ -105,6 +107,12 @@ class PrecomputedRunData:
                 **({} if self.dev is None else {"dev": self.dev.num_truncated_captions}),
             },
         }
+
+    def train_captions(self) -> list[str]:
+        """The training split's caption texts in order (read again from its caption file:
+        the split keeps token ids only), e.g. to check a second view holds the same pairs."""
+        path = locate_split(self.config.root, self.config.name, self.config.train_split).captions
+        return read_captions(path)[: self.train.num_captions]
 
     def checkpoint_extra(self) -> dict[str, Any]:
         return {"vocab_path": str(self.vocab_path), **vocab_identity(self.vocab)}

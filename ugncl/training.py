@@ -24,7 +24,13 @@ import torch
 
 from precomputed._io import atomic_open
 from precomputed.errors import UserError
-from ugncl.build import build_method, build_model, build_optimizer_and_schedule, open_run_data
+from ugncl.build import (
+    build_method,
+    build_model,
+    build_optimizer_and_schedule,
+    open_estimator_view,
+    open_run_data,
+)
 from ugncl.config import Config, ConfigError, load_config
 from ugncl.engine.checkpoint import clean_partial_files, load_checkpoint
 from ugncl.engine.device import select_device, select_precision
@@ -156,6 +162,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     model = build_model(config, data)  # a raw-image source takes its transforms from the model
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
+    estimator_data = open_estimator_view(config, data)  # data.estimator: checked before the run
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(
             f"train.batch_size={config.train.batch_size} is larger than the training split "
@@ -238,6 +245,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
             checkpoint_extra={"config": config.to_dict(), **data.checkpoint_extra()},
+            estimator_data=estimator_data,
         )
         if state is not None:
             trainer.resume(last, state=state)

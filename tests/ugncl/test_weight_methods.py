@@ -7,6 +7,7 @@ model, device, precision, run_dir, seed, num_samples, clean, image_index, batche
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from dataclasses import dataclass, replace
 
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ugncl.clip.losses import info_nce_per_sample
-from ugncl.methods.npc import NPCMethod, pair_logits
+from ugncl.methods.npc import NPCMethod, adamw_factory, pair_logits
 from ugncl.methods.osa import OSAMethod
 from ugncl.methods.sdd import SDDMethod
 from ugncl.methods.siamese import SiameseCopy
@@ -265,11 +266,16 @@ def test_sdd_drops_and_looks_up_by_sample_index(tmp_path):
     assert kept.tolist() == list(range(5, ctx.num_samples))
     batch = ctx.fetch(kept[:6])
     ctx.fetched.clear()
+    views, real_view = [], sdd.core.bank_view
+    sdd.core.bank_view = lambda b: views.append(real_view(b)) or views[-1]
     out = sdd.training_step(model, batch, _step())
-    img_side, txt_side = ctx.fetched[:2]
+    img_side, txt_side = views[0].plan.bank_ids.tolist()
     bank = sdd.core.bank
     assert txt_side == bank.text_bank[kept[:6]].tolist()  # by sample index, not position 0..5
     assert img_side == bank.image_bank[ctx.image_index[kept[:6]]].tolist()
+    # Only the bank samples the batch lacks are fetched, each once.
+    lacking = sorted(set(img_side + txt_side) - set(kept[:6].tolist()))
+    assert ctx.fetched == ([lacking] if lacking else [])
     out["loss"].backward()
     assert torch.isfinite(out["loss"])
     sdd.keep[:] = False
@@ -347,3 +353,69 @@ def test_osa_missing_estimator_checkpoint_is_a_user_error(tmp_path):
     osa = OSAMethod(estimator=str(tmp_path / "none.pt"))
     with pytest.raises(UserError, match="method.osa.estimator"):
         osa.build_estimator(TinyClip())
+
+
+# ------------------------------------------------------------ NPC step vs the paper's procedure
+
+
+class ReferenceNPC:
+    """NPC's per-batch procedure written out plainly (paper; reference section 1.4): a siamese
+    model loaded from the model's state, bank losses before, one AdamW step on the batch's mean
+    InfoNCE, bank losses after, ``w``, and ``mean(w * InfoNCE) + L_MB`` with the model."""
+
+    def __init__(self, model, bank, fetch, lr):
+        self.bank, self.fetch, self.lr = bank, fetch, lr
+        self.siamese = copy.deepcopy(model)
+        self.opt = adamw_factory(lr, (0.9, 0.98), 1e-6, 0.2)(
+            list(self.siamese.parameters()), self.siamese
+        )
+
+    def step(self, model, batch):
+        img_side, txt_side = self.bank.lookup(batch.index, batch.image_index)
+        banks = self.fetch(img_side), self.fetch(txt_side)
+        self.siamese.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            before = [info_nce_per_sample(pair_logits(self.siamese, b)) for b in banks]
+        self.opt.zero_grad()
+        info_nce_per_sample(pair_logits(self.siamese, batch)).mean().backward()
+        self.opt.step()
+        with torch.no_grad():
+            after = [info_nce_per_sample(pair_logits(self.siamese, b)) for b in banks]
+        r = (before[0] / after[0] + before[1] / after[1]) / 2
+        w = torch.where(r < 1, torch.tanh(r), torch.ones_like(r))
+        per = info_nce_per_sample(pair_logits(model, batch))
+        bank_loss = sum(info_nce_per_sample(pair_logits(model, b)).mean() for b in banks)
+        return w, (w * per).mean() + bank_loss
+
+
+def test_npc_step_equals_the_papers_procedure_over_steps(tmp_path):
+    # The optimised step (shared forward, autograd.grad for the siamese step, in-place sync,
+    # each distinct bank image and caption encoded once) gives the reference's weights, loss
+    # and gradients, step after step (the siamese AdamW moments carry over in both).
+    npc, ctx, model, _ = _npc(tmp_path)
+    ref_model = copy.deepcopy(model)
+    ref = ReferenceNPC(ref_model, npc.core.bank, ctx.fetch, lr=1e-2)
+    opts = [torch.optim.AdamW(m.parameters(), lr=5e-2) for m in (model, ref_model)]
+    views, real_view = [], npc.core.bank_view
+    npc.core.bank_view = lambda b: views.append(real_view(b)) or views[-1]
+    order = np.random.default_rng(0).permutation(ctx.num_samples)
+    for i in range(4):
+        batch = ctx.fetch(order[(6 * i) % 24 : (6 * i) % 24 + 6])
+        out = npc.training_step(model, batch, _step())
+        w = torch.as_tensor(npc.core.epoch_weights[batch.index.numpy()])
+        loss = out["loss"] + out["loss_bank"]
+        ref_w, ref_loss = ref.step(ref_model, batch)
+        assert torch.allclose(w, ref_w, atol=1e-5), (i, w, ref_w)
+        assert torch.allclose(loss, ref_loss, atol=1e-5)
+        for opt, total in zip(opts, (loss, ref_loss)):
+            opt.zero_grad()
+            total.backward()
+            opt.step()
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            assert torch.allclose(p, q, atol=1e-5)
+    assert (w < 1).any()  # a weight below one was reproduced, not only w = 1
+    plans = [v.plan for v in views]
+    k = 6
+    assert any((p.cap_rows < k).any() for p in plans)  # bank pairs shared with the batch ...
+    assert any((p.cap_rows >= k).any() for p in plans)  # ... and fetched ones
+    assert sum(p.extra_samples.size for p in plans) < sum(p.bank_ids.size for p in plans)

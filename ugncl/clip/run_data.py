@@ -15,6 +15,7 @@ in ``data.num_workers`` DataLoader workers, for training and for evaluation.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "image_naming",
     "open_clip_data",
     "open_clip_split",
+    "open_clip_view",
 ]
 
 CLIP_DATA_HINT = (
@@ -240,6 +242,10 @@ class CLIPRunData:
             "naming": self.train.naming,
         }
 
+    def train_captions(self) -> list[str]:
+        """The training split's caption texts in order."""
+        return list(self.train.captions)
+
     def checkpoint_extra(self) -> dict[str, Any]:
         return {}
 
@@ -260,3 +266,55 @@ def open_clip_data(config: Any) -> CLIPRunData:
     if data.dev_split:
         dev = open_clip_split(data, data.dev_split, max_images=data.dev_images)
     return CLIPRunData(data, train, dev, source)
+
+
+def open_clip_view(data: DataConfig, run: Any) -> Callable[[Any], ImageTrainingData]:
+    """The run's training pairs as raw images (``data.estimator``, backbone ``clip``).
+
+    Opens the training split of ``<data.estimator.root or data.root>/<data.estimator.name>``
+    with the run's ``data.*`` split, cap and ``data.clip.*`` keys, and checks that it is the
+    run's split: the same caption texts in the same order, the same number of images and the
+    same noise index under the run's noise keys; it is then paired by the run's own index.
+
+    Args:
+        data: the run's ``data`` section.
+        run: the run's data (``image_index``, ``train_captions()``, ``train.num_images``).
+
+    Returns:
+        ``model -> ImageTrainingData`` in that model's pixels and token ids (a CLIP estimator).
+
+    Raises:
+        ConfigError: the view holds other images, captions or noise than the run.
+    """
+    view = data.estimator
+    cfg = dataclasses.replace(data, root=view.root or data.root, name=view.name)
+    where = f"data.estimator ({dataset_dir(cfg)})"
+    split = open_clip_split(cfg, cfg.train_split, max_images=cfg.train_images)
+    run_index = np.asarray(run.image_index, dtype=np.int64)
+    captions = run.train_captions()
+    if split.num_images != run.train.num_images or split.num_captions != len(captions):
+        raise ConfigError(
+            f"{where}: its {cfg.train_split} split has {split.num_images} images and "
+            f"{split.num_captions} captions, the run's has {run.train.num_images} and "
+            f"{len(captions)}; point data.estimator.name at the same split rendered for the "
+            "estimator (for the synthetic world: synthetic_clip)"
+        )
+    differ = next((k for k, (a, b) in enumerate(zip(split.captions, captions)) if a != b), None)
+    if differ is not None:
+        raise ConfigError(
+            f"{where}: caption {differ} of the {cfg.train_split} split is "
+            f"{split.captions[differ]!r}, the run's is {captions[differ]!r}; the estimator "
+            "view must hold the same captions in the same order"
+        )
+    noise, _ = training_noise(cfg, split)
+    if not np.array_equal(noise, run_index):
+        raise ConfigError(
+            f"{where}: the run's data.noise_* keys give this view another caption->image "
+            "index than the run's; use the same noise file (data.noise_file) for both"
+        )
+    split = dataclasses.replace(split, image_index=run_index)
+
+    def bind(model: Any) -> ImageTrainingData:
+        return ImageTrainingData(split, model.image_transform(train=False), model.tokenizer())
+
+    return bind

@@ -50,6 +50,10 @@ class MethodContext:
             noisy index); caches built on it can check they match the run's pairs.
         fetch: ``fetch(indices (K,)) -> PairBatch`` of those training samples in that order
             (e.g. memory-bank pairs looked up per batch).
+        estimator_view: with ``data.estimator`` set, ``estimator_view(model) -> batches``:
+            like ``batches`` (same samples, same seeded orders) but in the input format of
+            ``model``, a frozen estimator of another backbone (OSA's CLIP estimator scoring
+            the raw-image view of an SGRAF run's pairs); None otherwise.
     """
 
     model: nn.Module
@@ -65,6 +69,7 @@ class MethodContext:
     batches: Callable[..., Iterable[PairBatch]]
     image_index: np.ndarray | None = None
     fetch: Callable[[torch.Tensor], PairBatch] | None = None
+    estimator_view: Callable[[nn.Module], Callable[..., Iterable[PairBatch]]] | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The run's autocast context for forward passes."""

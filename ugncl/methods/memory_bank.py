@@ -25,12 +25,14 @@ from torch import Tensor
 from ugncl.methods.weights import gmm_posterior
 
 __all__ = [
+    "BankPlan",
     "EmbeddingTable",
     "MemoryBank",
     "build_memory_bank",
     "gmm_clean_set",
     "index_digest",
     "nearest_clean",
+    "plan_bank_pairs",
 ]
 
 NO_NEIGHBOUR = -1
@@ -318,4 +320,75 @@ def build_memory_bank(
     return MemoryBank(
         clean=clean, image_bank=image_bank, text_bank=text_bank, image_index=image_index,
         score=np.asarray(score, dtype=np.float32),
+    )  # fmt: skip
+
+
+@dataclass
+class BankPlan:
+    """Where the encodes of a batch's bank pairs come from, each image and caption once.
+
+    Rows index ``[batch rows (K); new rows]``: captions ``[batch captions; extra captions]``,
+    images ``[batch images; images of extra_samples[extra_image_rows]]``.
+
+    Attributes:
+        bank_ids: ``(S, K)`` int64 sample index of each bank pair (S sides: image, text).
+        extra_samples: ``(M,)`` int64 bank samples that are not in the batch (to fetch), sorted.
+        extra_image_rows: ``(P,)`` int64 positions in ``extra_samples`` whose image is in
+            neither the batch nor an earlier extra sample.
+        cap_rows: ``(S, K)`` int64 caption row of each bank pair.
+        img_rows: ``(S, K)`` int64 image row of each bank pair.
+    """
+
+    bank_ids: np.ndarray
+    extra_samples: np.ndarray
+    extra_image_rows: np.ndarray
+    cap_rows: np.ndarray
+    img_rows: np.ndarray
+
+
+def plan_bank_pairs(
+    bank_ids: np.ndarray,
+    batch_index: np.ndarray,
+    batch_image_index: np.ndarray,
+    image_index: np.ndarray,
+) -> BankPlan:
+    """Deduplicate the bank pairs of a batch against the batch and among themselves.
+
+    A bank pair ``c`` is (image ``image_index[c]``, caption ``c``). The two sides of a batch
+    (``2 K`` pairs) often repeat a pair, a sibling caption's image or a sample of the batch
+    itself; encoders are per sample, so each distinct image and caption is encoded once and
+    the pairs gather their rows (the scores are those of encoding every pair separately).
+
+    Args:
+        bank_ids: ``(S, K)`` sample indices of the bank pairs (``MemoryBank.lookup``).
+        batch_index: ``(K,)`` the batch's sample indices.
+        batch_image_index: ``(K,)`` the image of each batch sample.
+        image_index: ``(N,)`` caption -> image index of the training pairs.
+
+    Returns:
+        The :class:`BankPlan`.
+    """
+    bank_ids = np.asarray(bank_ids, dtype=np.int64)
+    k = len(batch_index)
+    cap_row: dict[int, int] = {}
+    img_row: dict[int, int] = {}
+    for i, (s, m) in enumerate(zip(np.asarray(batch_index), np.asarray(batch_image_index))):
+        cap_row.setdefault(int(s), i)
+        img_row.setdefault(int(m), i)
+    extra = np.unique([c for c in bank_ids.ravel().tolist() if c not in cap_row])
+    extra = extra.astype(np.int64)
+    new_images: list[int] = []
+    for j, c in enumerate(extra.tolist()):
+        cap_row[c] = k + j
+        m = int(image_index[c])
+        if m not in img_row:
+            img_row[m] = k + len(new_images)
+            new_images.append(j)
+    rows = np.vectorize(cap_row.__getitem__, otypes=[np.int64])
+    img_rows = np.vectorize(img_row.__getitem__, otypes=[np.int64])
+    return BankPlan(
+        bank_ids=bank_ids, extra_samples=extra,
+        extra_image_rows=np.asarray(new_images, dtype=np.int64),
+        cap_rows=rows(bank_ids).reshape(bank_ids.shape),
+        img_rows=img_rows(np.asarray(image_index)[bank_ids]).reshape(bank_ids.shape),
     )  # fmt: skip

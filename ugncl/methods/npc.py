@@ -25,7 +25,13 @@ from torch import Tensor, nn
 
 from ugncl.clip.losses import as_logit_matrix, info_nce_per_sample, weighted_mean
 from ugncl.methods.clip import CLIPMethod
-from ugncl.methods.memory_bank import MemoryBank, build_memory_bank, gmm_clean_set
+from ugncl.methods.memory_bank import (
+    BankPlan,
+    MemoryBank,
+    build_memory_bank,
+    gmm_clean_set,
+    plan_bank_pairs,
+)
 from ugncl.methods.passes import pair_fetcher, scan_training_set
 from ugncl.methods.siamese import OneStepLosses, SiameseCopy
 from ugncl.methods.weights import significance_weight
@@ -57,6 +63,41 @@ def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_deca
         )  # fmt: skip
 
     return make
+
+
+@dataclass
+class BankView:
+    """A batch with its bank pairs: the plan and the fetched samples the batch lacks."""
+
+    batch: Any
+    plan: BankPlan
+    extra: Any | None  # PairBatch of plan.extra_samples (None: every bank pair is in the batch)
+
+    def lengths(self) -> Tensor:
+        """``(K + M,)`` caption lengths of the caption rows."""
+        if self.extra is None:
+            return self.batch.lengths
+        return torch.cat([self.batch.lengths, self.extra.lengths.to(self.batch.lengths.device)])
+
+    def sources(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Inputs of the image rows and the caption rows: ``(images, captions, lengths)``."""
+        b = self.batch
+        if self.extra is None:
+            return b.images, b.captions, b.lengths
+        rows = torch.as_tensor(self.plan.extra_image_rows, device=self.extra.images.device)
+        images = torch.cat([b.images, self.extra.images[rows].to(b.images.dtype)])
+        return images, cat_tokens(b.captions, self.extra.captions), self.lengths()
+
+
+def _rows(rows: np.ndarray, like: Tensor) -> Tensor:
+    return torch.as_tensor(rows, dtype=torch.long, device=like.device)
+
+
+def cat_tokens(a: Tensor, b: Tensor) -> Tensor:
+    """Row-concatenate two 0-padded ``(n, L)`` token batches of possibly different ``L``."""
+    width = max(a.shape[1], b.shape[1])
+    a = torch.nn.functional.pad(a, (0, width - a.shape[1]))
+    return torch.cat([a, torch.nn.functional.pad(b, (0, width - b.shape[1])).to(a.device)])
 
 
 class BankSiamese(nn.Module):
@@ -96,37 +137,87 @@ class BankSiamese(nn.Module):
         ]
         self.epoch_weights = np.full(bank.num_samples, np.nan, dtype=np.float32)
 
-    def bank_batches(self, batch: Any) -> tuple[Any, Any]:
+    def bank_view(self, batch: Any) -> BankView:
+        """The batch's image-bank and text-bank pairs, each distinct sample fetched once."""
         if self.bank is None:
             raise RuntimeError("the memory bank is not built; setup(ctx) must run first")
         img_side, txt_side = self.bank.lookup(batch.index, batch.image_index)
-        device = batch.captions.device
-        return self._fetch(img_side.cpu()).to(device), self._fetch(txt_side.cpu()).to(device)
+        plan = plan_bank_pairs(
+            torch.stack([img_side, txt_side]).cpu().numpy(), batch.index.cpu().numpy(),
+            batch.image_index.cpu().numpy(), self.bank.image_index,
+        )  # fmt: skip
+        extra = None
+        if plan.extra_samples.size:
+            extra = self._fetch(torch.as_tensor(plan.extra_samples)).to(batch.captions.device)
+        return BankView(batch, plan, extra)
 
-    def bank_losses(self, model: nn.Module, banks: tuple[Any, Any]) -> tuple[Tensor, Tensor]:
-        """Per-sample InfoNCE ``(K,)`` of the image-bank and text-bank pairs under ``model``."""
-        return tuple(info_nce_per_sample(pair_logits(model, b)) for b in banks)
+    def bank_losses(
+        self, model: nn.Module, view: BankView, batch_emb: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Per-sample InfoNCE ``(K,)`` of the image-bank and text-bank pairs under ``model``.
+
+        Each bank pair forms its side's ``K x K`` in-batch matrix (section 1.4 step 2). With
+        ``batch_emb`` (the batch's image and caption embeddings under ``model`` at its current
+        weights) only the images and captions the batch lacks are encoded; else every distinct
+        one the two sides use is encoded once.
+        """
+        plan = view.plan
+        if batch_emb is not None:  # rows as planned: [batch; the extra samples' new rows]
+            img, cap = batch_emb
+            if view.extra is not None:
+                if plan.extra_image_rows.size:
+                    new = view.extra.images[_rows(plan.extra_image_rows, view.extra.images)]
+                    img = torch.cat([img, model.encode_images(new)])
+                extra_cap = model.encode_captions(view.extra.captions, view.extra.lengths)
+                cap = torch.cat([cap, extra_cap])
+            img_rows, cap_rows = plan.img_rows, plan.cap_rows
+        else:  # encode only the rows the bank pairs use
+            images, captions, lengths = view.sources()
+            img_used, img_rows = np.unique(plan.img_rows, return_inverse=True)
+            cap_used, cap_rows = np.unique(plan.cap_rows, return_inverse=True)
+            img = model.encode_images(images[_rows(img_used, images)])
+            cap = model.encode_captions(
+                captions[_rows(cap_used, captions)], lengths[_rows(cap_used, lengths)]
+            )
+            img_rows = img_rows.reshape(plan.img_rows.shape)
+            cap_rows = cap_rows.reshape(plan.cap_rows.shape)
+        lengths = view.lengths()
+        out = []
+        for side in range(len(plan.bank_ids)):
+            i, c = _rows(img_rows[side], img), _rows(cap_rows[side], cap)
+            side_lengths = lengths[_rows(plan.cap_rows[side], lengths)]
+            out.append(info_nce_per_sample(model.score(img[i], cap[c], side_lengths)))
+        return tuple(out)
+
+    def encode_batch(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
+        """``(image emb, caption emb, per-sample InfoNCE (K,))`` of the batch (with graph);
+        ``score(encode_images, encode_captions)`` is the model's forward (SimilarityModel)."""
+        img = model.encode_images(batch.images)
+        cap = model.encode_captions(batch.captions, batch.lengths)
+        return img, cap, info_nce_per_sample(model.score(img, cap, batch.lengths))
 
     def significance(
         self,
         model: nn.Module,
-        banks: tuple[Any, Any],
+        view: BankView,
         per: Tensor,
         train_weights: Tensor | None,
         lr: float | None,
         before: tuple[Tensor, Tensor] | None = None,
+        batch_emb: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, OneStepLosses]:
         """NPC/SDD significance weight ``(K,)`` of the batch's pairs (section 1.4 steps 1-5).
 
         Args:
             model: the model being trained.
-            banks: the image-bank and text-bank pair batches.
+            view: the batch's bank pairs (:meth:`bank_view`).
             per: ``(K,)`` the model's per-sample InfoNCE on the batch (with graph); the
                 siamese step minimises ``weighted_mean(per, train_weights)``.
             train_weights: ``(K,)`` weights of the siamese step (SDD: consistency), or None.
             lr: the trainer's current lr (used unless ``siamese_lr`` is set).
             before: the model's bank losses at the current weights when already computed
                 (NPC's trainable L_MB); else computed here without gradients.
+            batch_emb: the batch's embeddings under the model (reused by that computation).
         """
         if not self._siamese:
             raise RuntimeError("the siamese copy is not built; setup(ctx) must run first")
@@ -138,12 +229,13 @@ class BankSiamese(nn.Module):
             )
         if before is None:
             with torch.no_grad():
-                before = self.bank_losses(model, banks)
+                emb = None if batch_emb is None else tuple(e.detach() for e in batch_emb)
+                before = self.bank_losses(model, view, emb)
         res = self._siamese[0].one_step_shared(
             model,
             weighted_mean(per, train_weights),
             before,
-            lambda m: self.bank_losses(m, banks),
+            lambda m: self.bank_losses(m, view),
             lr,
         )
         (bi, bt), (ai, at) = res.before, res.after
@@ -283,11 +375,13 @@ class NPCMethod(CLIPMethod):
 
     # ------------------------------------------------------------------ step
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
-        banks = self.core.bank_batches(batch)
-        per = self.per_sample_loss(model, batch)
+        view = self.core.bank_view(batch)
+        img, cap, per = self.core.encode_batch(model, batch)
         trainable = self.bank_loss == "trainable"
-        bank = self.core.bank_losses(model, banks) if trainable else None
-        w, res = self.core.significance(model, banks, per, None, getattr(step, "lr", None), bank)
+        # Paper L_MB at the current weights: also the siamese copy's before-losses (shared).
+        bank = self.core.bank_losses(model, view, (img, cap)) if trainable else None
+        lr = getattr(step, "lr", None)
+        w, res = self.core.significance(model, view, per, None, lr, bank, (img, cap))
         self.core.note_weights(batch.index, w)
         # Release: mean(w * batch-mean CE) = mean(w) * mean(CE), one scalar per batch (NPC#18).
         collapse = self.weighting == "batch_scalar"

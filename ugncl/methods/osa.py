@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from precomputed.errors import DataNotFoundError
 from ugncl.clip.losses import weighted_mean
+from ugncl.config import ConfigError
 from ugncl.losses import _hinge_costs
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.memory_bank import index_digest
@@ -78,17 +79,18 @@ def weighted_triplet(
 
 
 def checkpoint_estimator(path: str) -> nn.Module:
-    """The model a training checkpoint (or model file) holds, of any registered backbone."""
+    """The model a training checkpoint holds, of any registered backbone, or a CLIP weights
+    file of this package."""
     # Imported here: ugncl.build imports the method registry, which imports this module.
-    from ugncl.build import model_from_checkpoint
-    from ugncl.engine.checkpoint import load_checkpoint
+    from ugncl.build import model_from_file
 
     if not Path(path).is_file():
         raise DataNotFoundError(
             f"method.osa.estimator: checkpoint {path} does not exist; give a training "
-            "checkpoint (runs/<name>/checkpoints/best.pt) or null for a frozen copy of the model"
+            "checkpoint (runs/<name>/checkpoints/best.pt), a CLIP weights file of this package "
+            "(tools/pretrain_clip.py) or null for a frozen copy of the model"
         )
-    return model_from_checkpoint(load_checkpoint(path))
+    return model_from_file(path)[0]
 
 
 @dataclass
@@ -181,6 +183,23 @@ class OSAMethod(CLIPMethod):
         est.requires_grad_(False)
         return est
 
+    def estimator_batches(self, ctx: Any, est: nn.Module) -> Callable[..., Any] | None:
+        """The pass's batches: the trainer's, or with ``data.estimator`` set the same samples
+        in the estimator's input format (``ctx.estimator_view(est)``: the SGRAF track scored
+        by a CLIP estimator on the raw-image view)."""
+        view = getattr(ctx, "estimator_view", None)
+        if view is not None:
+            return view(est)
+        backbone = getattr(est, "backbone", None)
+        if backbone is not None and backbone != getattr(ctx.model, "backbone", backbone):
+            raise ConfigError(
+                f"method.osa.estimator is a {backbone} model but the run trains "
+                f"{ctx.model.backbone}: it needs the training pairs in its input format; set "
+                f"data.estimator.name to the same split in the {backbone} layout (e.g. "
+                "synthetic_clip)"
+            )
+        return None
+
     def setup(self, ctx: Any) -> dict[str, Any]:
         """One estimator pass over the training set (or the cached result of one)."""
         path = Path(ctx.run_dir) / self.cache_file
@@ -202,9 +221,7 @@ class OSAMethod(CLIPMethod):
             scan = scan_training_set(
                 ctx, est, epoch=0, stream=ESTIMATOR_STREAM, desc="osa estimator",
                 batch_size=self.pass_batch_size or 256,
-                # Wiring point for an estimator of another backbone (the SGRAF track scored
-                # by CLIP): the same samples in the estimator's input format.
-                batches=getattr(ctx, "estimator_batches", None),
+                batches=self.estimator_batches(ctx, est),
             )  # fmt: skip
             sim = scan.diag
             beta = self.fixed_beta if self.fixed_beta is not None else scan.shift.mean
@@ -256,7 +273,9 @@ class OSAMethod(CLIPMethod):
         self._last = {"weight_mean": float(w.mean())}
         if self.objective == "triplet":
             raw = model(batch.images, batch.captions, batch.lengths).float()
-            loss = weighted_triplet(raw, w, self.margin, self.max_violation)
+            # The triplet baseline's warm-up (ugncl.methods.triplet): all negatives summed.
+            max_violation = self.max_violation and not getattr(step, "warmup", False)
+            loss = weighted_triplet(raw, w, self.margin, max_violation)
             return {"loss_triplet": loss, "weight_mean": w.mean().detach()}
         per = self.per_sample_loss(model, batch)
         return {"loss": weighted_mean(per, w), "weight_mean": w.mean().detach()}

@@ -218,9 +218,10 @@ class SDDMethod(CLIPMethod):
         w_con = torch.as_tensor(
             self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
         )
-        banks = self.core.bank_batches(batch)
-        per = self.per_sample_loss(model, batch)
-        w_sig, res = self.core.significance(model, banks, per, w_con, getattr(step, "lr", None))
+        view = self.core.bank_view(batch)
+        img, cap, per = self.core.encode_batch(model, batch)
+        lr = getattr(step, "lr", None)
+        w_sig, res = self.core.significance(model, view, per, w_con, lr, None, (img, cap))
         w = w_sig * w_con
         self.core.note_weights(batch.index, w)
         self._last = {"weight_mean": float(w.mean()), "w_sig_mean": float(w_sig.mean())}
