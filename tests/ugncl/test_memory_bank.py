@@ -121,7 +121,16 @@ def test_lookup_by_sample_index_not_subset_position():
     assert img_side.tolist() == [bank.image_bank[1], bank.image_bank[2]]
 
 
-def test_empty_clean_set_is_a_clear_error():
+def test_empty_or_single_image_clean_set_is_a_clear_error():
+    """A bank whose clean pairs show fewer than 2 images leaves some query without a
+    neighbour (the query itself and its image are excluded): refused at build time with the
+    settings to change, not a lookup failure mid-epoch."""
+    from precomputed.errors import InvalidSettingError
+
     image_emb, caption_emb = _tables()
-    with pytest.raises(ValueError, match="clean set is empty"):
+    with pytest.raises(InvalidSettingError, match="clean set is empty or too small"):
         build_memory_bank(np.zeros(6, bool), image_emb, caption_emb, IMAGE_INDEX, np.zeros(6))
+    one = np.zeros(6, bool)
+    one[0] = True
+    with pytest.raises(InvalidSettingError, match="auto_beta_std"):
+        build_memory_bank(one, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6))

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from precomputed.errors import InvalidSettingError
 from ugncl.methods.weights import gmm_posterior
 
 __all__ = [
@@ -225,7 +226,11 @@ class MemoryBank:
         img = image_index.detach().cpu().numpy().astype(np.int64)
         img_side, txt_side = self.image_bank[img], self.text_bank[idx]
         if (img_side < 0).any() or (txt_side < 0).any():
-            raise ValueError("memory bank has no clean neighbour for some batch samples")
+            raise InvalidSettingError(
+                "memory bank has no clean neighbour for some batch samples (its clean set holds "
+                "too few images); lower method.npc.clean_threshold or method.sdd.beta / "
+                "method.sdd.auto_beta_std"
+            )
         return (
             torch.as_tensor(img_side, device=index.device),
             torch.as_tensor(txt_side, device=index.device),
@@ -293,10 +298,14 @@ def build_memory_bank(
     if len(clean) != n or len(caption_emb) != n:
         raise ValueError(f"clean {len(clean)}, captions {len(caption_emb)} and index {n} differ")
     keys = np.flatnonzero(clean)
-    if keys.size == 0:
-        raise ValueError(
-            "memory bank clean set is empty; lower the clean threshold (npc: clean_threshold, "
-            "sdd: bank_beta) or check the starting model"
+    if len(np.unique(image_index[keys])) < 2:
+        # Every query's neighbour is a clean pair of another sample (and, for images, of
+        # another image): with clean pairs of fewer than two images some query has none.
+        raise InvalidSettingError(
+            f"memory bank clean set is empty or too small ({keys.size} clean pairs, "
+            f"{len(np.unique(image_index[keys]))} images; need pairs of at least 2 images): "
+            "lower method.npc.clean_threshold, or method.sdd.beta (thresholds: fixed) / "
+            "method.sdd.auto_beta_std (thresholds: auto), or start from a better model"
         )
     img_t = _as_float(image_emb, device)
     cap_t = _as_float(caption_emb, device)
