@@ -18,6 +18,7 @@ from sgraf.encoders import ImageEncoder, TextEncoder
 from sgraf.head import HEADS, SimilarityHead
 from sgraf.scoring import (
     DEFAULT_MEMORY_BUDGET,
+    ImageSource,
     bytes_per_pair,
     check_pair_inputs,
     plan_blocks,
@@ -51,6 +52,7 @@ class SGRAF(nn.Module):
 
     backbone = "sgraf"
     image_axis = 1  # encode_images returns (W, n_img, R, E)
+    accepts_image_source = True  # score_all_pairs takes images chunk by chunk (ImageSource)
 
     def __init__(
         self,
@@ -148,7 +150,7 @@ class SGRAF(nn.Module):
 
     def score_all_pairs(
         self,
-        img_emb: Tensor,
+        img_emb: Tensor | ImageSource,
         cap_emb: Tensor,
         lengths: Tensor,
         *,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
@@ -79,10 +79,14 @@ def plan_blocks(
 
 
 def check_pair_inputs(
-    num_views: int, num_regions: int, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor
+    num_views: int,
+    num_regions: int,
+    img_emb: Tensor | ImageSource,
+    cap_emb: Tensor,
+    lengths: Tensor,
 ) -> None:
     """Shapes of encoded inputs: (W, n_img, R, E), (n_cap, L, E) and lengths in [1, L]."""
-    if img_emb.dim() != 4 or img_emb.shape[0] != num_views:
+    if len(img_emb.shape) != 4 or img_emb.shape[0] != num_views:
         raise ValueError(
             f"img_emb must be (W={num_views}, n_img, R, E) as returned by encode_images, "
             f"got shape {tuple(img_emb.shape)}"
@@ -165,28 +169,11 @@ def iter_blocks(
     n_views, n_img, n_reg, dim = img_emb.shape
     device = img_emb.device
     lengths_cpu = lengths.detach().to("cpu", torch.int64)
-    order_cpu = torch.argsort(lengths_cpu, stable=True)
     train_saf = head.head == "saf" and head.training
-    pair_bytes = n_views * bytes_per_pair(
-        int(lengths_cpu.max()),
-        n_reg,
-        dim,
-        head.sim_tranloc_w.out_features,
-        head=head.head,
-        sgr_steps=len(head.sgr.steps) if head.head == "sgr" else 0,
-        itemsize=img_emb.element_size(),
-        autograd=torch.is_grad_enabled(),
-    )
-    n_cap = lengths_cpu.numel()
-    rows, cols = plan_blocks(n_img, n_cap, pair_bytes, budget, split_images=not train_saf)
+    rows, cols = plan_grid(head, img_emb.shape, img_emb.element_size(), lengths_cpu, budget,
+                           split_images=not train_saf)  # fmt: skip
     folds = head.sgr.fold() if head.head == "sgr" else None
-    for start in range(0, n_cap, cols):
-        idx_cpu = order_cpu[start : start + cols]
-        width = int(lengths_cpu[idx_cpu].max())
-        mask = word_mask(lengths_cpu[idx_cpu], width).to(device)
-        words = caption_words(cap_emb, idx_cpu, width).to(device)
-        words = words * mask.to(words.dtype).unsqueeze(-1)  # padding must be exactly zero
-        cglo = cap_glo[idx_cpu.to(cap_glo.device)].to(device)
+    for idx_cpu, words, mask, cglo in caption_chunks(cap_emb, cap_glo, lengths_cpu, cols, device):
         for img_start in range(0, n_img, rows):
             sl = slice(img_start, img_start + rows)
             n_rows = img_emb[:, sl].shape[1]
@@ -203,6 +190,47 @@ def iter_blocks(
             yield img_start, idx_cpu, block.view(n_views, n_rows, -1)
 
 
+def plan_grid(
+    head: SimilarityHead,
+    img_shape: tuple[int, ...],
+    itemsize: int,
+    lengths_cpu: Tensor,
+    budget: int,
+    *,
+    split_images: bool = True,
+) -> tuple[int, int]:
+    """Block shape (images, captions) of the grid over ``(W, n_img, R, E)`` images and
+    captions of ``lengths_cpu``: :func:`plan_blocks` with :func:`bytes_per_pair` of the head."""
+    n_views, n_img, n_reg, dim = img_shape
+    pair_bytes = n_views * bytes_per_pair(
+        int(lengths_cpu.max()),
+        n_reg,
+        dim,
+        head.sim_tranloc_w.out_features,
+        head=head.head,
+        sgr_steps=len(head.sgr.steps) if head.head == "sgr" else 0,
+        itemsize=itemsize,
+        autograd=torch.is_grad_enabled(),
+    )
+    return plan_blocks(n_img, lengths_cpu.numel(), pair_bytes, budget, split_images=split_images)
+
+
+def caption_chunks(
+    cap_emb: Tensor, cap_glo: Tensor, lengths_cpu: Tensor, cols: int, device: torch.device
+) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Captions sorted by length in chunks of ``cols``: ``(indices, words (cols, L_b, E),
+    mask (cols, L_b), globals (cols, E))``, each chunk trimmed to its longest caption and its
+    padding exactly zero (on ``device``)."""
+    order_cpu = torch.argsort(lengths_cpu, stable=True)
+    for start in range(0, lengths_cpu.numel(), cols):
+        idx_cpu = order_cpu[start : start + cols]
+        width = int(lengths_cpu[idx_cpu].max())
+        mask = word_mask(lengths_cpu[idx_cpu], width).to(device)
+        words = caption_words(cap_emb, idx_cpu, width).to(device)
+        words = words * mask.to(words.dtype).unsqueeze(-1)  # padding must be exactly zero
+        yield idx_cpu, words, mask, cap_glo[idx_cpu.to(cap_glo.device)].to(device)
+
+
 def commit_saf_stats(head: SimilarityHead, stats: list, order: Tensor) -> None:
     """Apply collected SAF BatchNorm updates in (view, original caption) order."""
     if not stats:
@@ -215,27 +243,100 @@ def commit_saf_stats(head: SimilarityHead, stats: list, order: Tensor) -> None:
     head.saf.update_running_stats(means[:, inverse], variances[:, inverse])
 
 
+#: Images per ``image_globals`` call of :func:`score_all_pairs` (and per streamed chunk).
+IMAGE_CHUNK = 1024
+
+
+class ImageSource(Protocol):
+    """Image embeddings ``(W, n_img, R, E)`` produced front to back, chunk by chunk.
+
+    :func:`score_all_pairs` accepts one instead of a tensor so that a split's region
+    embeddings (1.5 GB for COCO 5K at W = 2) need never be held at once: an evaluation
+    encodes each chunk when it is asked for and drops it once scored.
+    """
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]: ...
+
+    def chunks(self, size: int) -> Iterator[Tensor]:
+        """Consecutive ``(W, <= size, R, E)`` float tensors covering all images in order."""
+        ...
+
+
+def image_chunks(img_emb: Tensor | ImageSource, size: int) -> Iterator[Tensor]:
+    """Consecutive ``(W, <= size, R, E)`` chunks of a tensor (views) or an image source."""
+    if isinstance(img_emb, Tensor):
+        for start in range(0, img_emb.shape[1], size):
+            yield img_emb[:, start : start + size]
+    else:
+        yield from img_emb.chunks(size)
+
+
+class _RowWindow:
+    """Region embeddings and globals of the images ``[start, stop)`` not yet scored, kept as
+    pieces of consecutive chunks; :meth:`rows` returns a tile as one contiguous tensor."""
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[int, Tensor, Tensor]] = []  # (first image, regions, globals)
+        self.start = self.stop = 0
+
+    def add(self, regions: Tensor, glo: Tensor) -> None:
+        self.pieces.append((self.stop, regions, glo))
+        self.stop += regions.shape[1]
+
+    def rows(self, a: int, b: int) -> tuple[Tensor, Tensor]:
+        """``(W * (b - a), R, E)`` regions and ``(W * (b - a), E)`` globals of images a..b."""
+        regions, globs = [], []
+        for first, reg, glo in self.pieces:
+            lo, hi = max(a, first), min(b, first + reg.shape[1])
+            if lo < hi:
+                regions.append(reg[:, lo - first : hi - first])
+                globs.append(glo[:, lo - first : hi - first])
+        reg = regions[0] if len(regions) == 1 else torch.cat(regions, dim=1)
+        glo = globs[0] if len(globs) == 1 else torch.cat(globs, dim=1)
+        return reg.reshape(-1, *reg.shape[2:]), glo.reshape(-1, glo.shape[-1])
+
+    def drop_before(self, a: int) -> None:
+        """Forget images before ``a``; a partly kept chunk is copied so the chunk is freed."""
+        kept = []
+        for first, reg, glo in self.pieces:
+            n = reg.shape[1]
+            if first + n <= a:
+                continue
+            if first < a:
+                reg, glo, first = reg[:, a - first :].clone(), glo[:, a - first :].clone(), a
+            kept.append((first, reg, glo))
+        self.pieces, self.start = kept, a
+
+
 @torch.no_grad()
 def score_all_pairs(
     model: SGRAF,
-    img_emb: Tensor,
+    img_emb: Tensor | ImageSource,
     cap_emb: Tensor,
     lengths: Tensor,
     *,
     view_reduce: Callable[[Tensor], Tensor] | None = None,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
     out_device: str | torch.device = "cpu",
+    image_chunk: int = IMAGE_CHUNK,
 ) -> Tensor:
     """Score every (image, caption) pair of an evaluation split in shards.
 
     Each image and caption is encoded once beforehand (float32, one entry per image, not per
-    caption). Image embeddings are moved to the model's device once; caption features one
-    shard at a time. The model runs in eval mode (BatchNorm running statistics, no
-    dropout); its previous mode is restored afterwards.
+    caption), or images come chunk by chunk from an :class:`ImageSource`. The (image,
+    caption) grid is cut into the blocks of :func:`plan_grid` (planned on the whole split),
+    image globals are computed per ``image_chunk`` images; images are visited front to back
+    (only the current chunk and the rows of an unfinished block are held, on the model's
+    device), captions sorted by length per chunk. Every block sees exactly the inputs it
+    would see with all images at once, so scores do not depend on how images arrive. The
+    model runs in eval mode (BatchNorm running statistics, no dropout); its previous mode
+    is restored afterwards.
 
     Args:
         model: the network.
-        img_emb: (W, n_img, R, E) image embeddings from ``model.encode_images``.
+        img_emb: (W, n_img, R, E) image embeddings from ``model.encode_images``, or an
+            :class:`ImageSource` of them.
         cap_emb: (n_cap, L, E) caption features from ``model.encode_captions``, padded or
             packed (:class:`sgraf.functional.PackedWords`, padded block by block).
         lengths: (n_cap,) real words per caption (>= 1).
@@ -243,6 +344,7 @@ def score_all_pairs(
             evidence); None keeps all views.
         memory_budget_bytes: bound on the estimated working set of one block.
         out_device: where the result matrix is allocated.
+        image_chunk: images per ``image_globals`` call and per chunk asked of a source.
 
     Returns:
         float32 (W, n_img, n_cap) raw scores, or (n_img, n_cap) after ``view_reduce``.
@@ -259,10 +361,6 @@ def score_all_pairs(
     try:
         device = next(model.parameters()).device
         head = model.sim_enc
-        regions = img_emb.to(device)
-        img_glo = torch.cat(
-            [head.image_globals(regions[:, i : i + 1024]) for i in range(0, n_img, 1024)], dim=1
-        )
         lengths_cpu = lengths.detach().to("cpu", torch.int64)
         l_pad = cap_emb.shape[1]
         cap_glo = torch.cat(
@@ -275,15 +373,32 @@ def score_all_pairs(
             ],
             dim=0,
         )
-        blocks = iter_blocks(
-            head, regions, img_glo, cap_emb, cap_glo, lengths_cpu, memory_budget_bytes, []
-        )
-        for img_start, idx, block in blocks:
-            if view_reduce is not None:
-                block = view_reduce(block)
-            block = block.to(out.device, torch.float32)
-            sl = slice(img_start, img_start + block.shape[-2])
-            out[..., sl, idx.to(out.device)] = block
+        itemsize = img_emb.element_size() if isinstance(img_emb, Tensor) else 4  # float32
+        rows, cols = plan_grid(head, tuple(img_emb.shape), itemsize, lengths_cpu,
+                               memory_budget_bytes)  # fmt: skip
+        folds = head.sgr.fold() if head.head == "sgr" else None
+        window = _RowWindow()
+        for chunk in image_chunks(img_emb, image_chunk):
+            regions = chunk.to(device)
+            window.add(regions, head.image_globals(regions))
+            del chunk, regions
+            # Score the whole blocks now available; a block cut by the chunk's end waits.
+            stop = window.stop if window.stop == n_img else window.stop // rows * rows
+            if stop <= window.start:
+                continue
+            for idx, words, mask, cglo in caption_chunks(cap_emb, cap_glo, lengths_cpu, cols,
+                                                         device):  # fmt: skip
+                for img_start in range(window.start, stop, rows):
+                    n_rows = min(rows, stop - img_start)
+                    reg, glo = window.rows(img_start, img_start + n_rows)
+                    block = head.score_block(
+                        reg, glo, words, cglo, mask, views=n_views, sgr_folds=folds
+                    ).view(n_views, n_rows, -1)
+                    if view_reduce is not None:
+                        block = view_reduce(block)
+                    block = block.to(out.device, torch.float32)
+                    out[..., img_start : img_start + n_rows, idx.to(out.device)] = block
+            window.drop_before(stop)
         return out
     finally:
         model.train(was_training)

@@ -35,6 +35,10 @@ features = 1.5 GB, 25,000 captions of COCO-like length, mean 10.5 words, a few u
 ``eval-memory --data DIR`` runs the evaluation's encoding stage on it with a paper-size SGRAF
 (embed 1024, sim 256, word 300, W = 2) and scores one shard (``--shard-images`` x
 ``--shard-captions``); run it under ``/usr/bin/time -v`` for the peak resident set size.
+The encoding stage is the one ``evaluate_models`` runs: captions held (packed), images
+streamed (every 1024-image chunk encoded and its globals computed, one chunk at a time);
+``--held`` encodes and holds all image embeddings instead (the path before streaming).
+``shard_sum`` (float64 sum of the shard's scores) is the same on both paths.
 
 ``feature-open`` writes an (images, 36, 2048) float32 ``.npy`` (18000 images = 5.3 GB; check
 ``df -h`` first), drops its pages from the page cache (``posix_fadvise DONTNEED``) and times
@@ -379,15 +383,27 @@ def bench_eval_memory(args: argparse.Namespace) -> dict:
     """Encoding stage of an evaluation on ``--data`` plus the scoring of one shard."""
     from precomputed.dataset import open_split
     from precomputed.vocab import load_vocab
+    from sgraf.scoring import IMAGE_CHUNK
     from ugncl.evaluation import encode_split
 
     torch.manual_seed(0)
     vocab = load_vocab(args.data / "vocab.json")
     split = open_split(args.data, BENCH_SPLIT[0], BENCH_SPLIT[1], vocab, captions_per_image=5)
     model = SGRAF(len(vocab), word_dim=300, img_dim=2048, embed_dim=1024, sim_dim=256,
-                  num_regions=36, num_views=2, head="sgr")  # fmt: skip
+                  num_regions=36, num_views=2, head="sgr").eval()  # fmt: skip
     started = time.perf_counter()
-    enc = encode_split(model, split, batch_size=args.batch_size)
+    enc = encode_split(model, split, batch_size=args.batch_size, stream_images=not args.held)
+    if args.held:
+        shard_images = enc.img_emb[:, : args.shard_images]
+        img_bytes = enc.img_emb.numel() * 4
+    else:
+        # The image pass of an evaluation: each chunk encoded and its globals computed while
+        # it is scored, one chunk held at a time.
+        with torch.no_grad():
+            for chunk in enc.img_emb.chunks(IMAGE_CHUNK):
+                model.sim_enc.image_globals(chunk)
+        shard_images = enc.img_emb.first(args.shard_images)
+        img_bytes = min(IMAGE_CHUNK, enc.num_images) * chunk[:, 0].numel() * 4
     encode_s = time.perf_counter() - started
     cap = enc.cap_emb
     n_cap = args.shard_captions
@@ -395,13 +411,12 @@ def bench_eval_memory(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     with torch.no_grad():
         shard = model.score_all_pairs(
-            enc.img_emb[:, : args.shard_images], caps, enc.lengths[:n_cap],
-            memory_budget_bytes=512 * 2**20,
-        )  # fmt: skip
+            shard_images, caps, enc.lengths[:n_cap], memory_budget_bytes=512 * 2**20
+        )
     score_s = time.perf_counter() - started
     stored = cap.data if hasattr(cap, "data") else cap
-    return {"images": enc.num_images, "captions": enc.num_captions,
-            "img_emb_bytes": enc.img_emb.numel() * 4, "cap_emb_bytes": stored.numel() * 4,
+    return {"images": enc.num_images, "captions": enc.num_captions, "held": args.held,
+            "img_emb_bytes_held": img_bytes, "cap_emb_bytes": stored.numel() * 4,
             "encode_s": round(encode_s, 1), "shard": list(shard.shape),
             "score_s": round(score_s, 1), "shard_sum": float(shard.double().sum())}  # fmt: skip
 
@@ -617,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--batch-size", type=int, default=128)
     m.add_argument("--shard-images", type=int, default=1000)
     m.add_argument("--shard-captions", type=int, default=128)
+    m.add_argument("--held", action="store_true", help="hold all image embeddings (old path)")
     mm = sub.add_parser("methods", help="seconds per epoch of NPC/SDD/OSA relative to clip")
     mm.add_argument("--methods", nargs="+", default=["clip", "npc", "sdd", "osa"])
     mm.add_argument("--rounds", type=int, default=2)

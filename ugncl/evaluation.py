@@ -8,7 +8,10 @@ The pipeline for one split and one or more checkpoints is::
     results = evaluate_scores(scores, encoded.caption_to_image, protocol="coco5fold")
 
 Every image is encoded once (the released code encodes each image once per caption, in
-float64; reference_implementations.md section 4.6), embeddings are kept in float32 on the CPU,
+float64; reference_implementations.md section 4.6), embeddings are kept in float32 on the CPU;
+for models whose ``score_all_pairs`` accepts an image source (SGRAF) :func:`evaluate_models`
+streams the images (:class:`StreamedImages`: encoded chunk by chunk while they are scored, so a
+split's region embeddings are never held at once; scores bit-identical to held ones),
 and the metrics come from :mod:`ugncl.metrics` (pure functions of the score matrix and the clean
 caption->image map). Only the similarity-model interface (:mod:`ugncl.similarity`) and the
 evaluation-data interface (:class:`ugncl.data.EvalData`; an opened precomputed split is
@@ -40,6 +43,7 @@ __all__ = [
     "PROTOCOLS",
     "EncodedSplit",
     "Evaluator",
+    "StreamedImages",
     "default_protocol",
     "encode_split",
     "ensemble",
@@ -63,7 +67,8 @@ class EncodedSplit:
 
     Attributes:
         img_emb: image embeddings, images on the model's ``image_axis`` (SGRAF: ``(W, n_img,
-            R, E)`` region embeddings per view), each image once.
+            R, E)`` region embeddings per view), each image once; or a
+            :class:`StreamedImages` that encodes them chunk by chunk while they are scored.
         cap_emb: ``(n_cap, ...)`` caption embeddings; token-level ones as
             :class:`~sgraf.functional.PackedWords` (shape ``(n_cap, L_max, E)``, stored
             without padding: a padded COCO 5K split would take about 6 GB).
@@ -73,7 +78,7 @@ class EncodedSplit:
         split: split name (e.g. ``"test"``).
     """
 
-    img_emb: Tensor
+    img_emb: Tensor | StreamedImages
     cap_emb: Tensor | PackedWords
     lengths: Tensor
     caption_to_image: np.ndarray
@@ -111,12 +116,83 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
+class StreamedImages:
+    """A split's image embeddings encoded on demand, front to back (a
+    :class:`sgraf.scoring.ImageSource`, for models whose ``score_all_pairs`` accepts one).
+
+    Region embeddings of a COCO 5K split take 1.5 GB at W = 2; streamed, scoring holds one
+    chunk at a time. Images are encoded in :func:`encode_split`'s batches (``[k * batch_size,
+    (k + 1) * batch_size)`` of the whole split), so every embedding is bit-identical to the
+    held ones; each pass over the chunks encodes every image once more.
+
+    Args:
+        model: the similarity model (``encode_images`` -> ``(W, n, R, E)``).
+        data: the split.
+        batch_size: images per forward pass.
+        device: where the forward passes run and the chunks stay.
+        stop: stream only the first ``stop`` images (default: all).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: EvalData,
+        *,
+        batch_size: int,
+        device: torch.device,
+        stop: int | None = None,
+    ) -> None:
+        self.model, self.data, self.batch_size, self.device = model, data, batch_size, device
+        total = int(data.num_images)
+        self.num_images = total if stop is None else min(int(stop), total)
+        with eval_mode(model):
+            probe = model.encode_images(data.images(0, min(1, total)).to(device))
+        if probe.dim() != 4 or int(getattr(model, "image_axis", 0)) != 1:
+            raise ValueError(
+                f"streamed images need (W, n, R, E) embeddings on axis 1, got {tuple(probe.shape)}"
+            )
+        w, _, r, e = probe.shape
+        self.shape = (int(w), self.num_images, int(r), int(e))
+
+    def first(self, n: int) -> StreamedImages:
+        """The first ``n`` images (same batches, so the same embeddings)."""
+        return StreamedImages(
+            self.model, self.data, batch_size=self.batch_size, device=self.device, stop=n
+        )
+
+    def chunks(self, size: int) -> Iterator[Tensor]:
+        """Consecutive ``(W, <= size, R, E)`` float32 chunks, each a fresh tensor."""
+        w, n, r, e = self.shape
+        total, bs = int(self.data.num_images), self.batch_size
+        batch, batch_start = None, 0  # the last encoded batch and its first image
+        for c0 in range(0, n, size):
+            c1 = min(c0 + size, n)
+            chunk = torch.empty((w, c1 - c0, r, e), dtype=torch.float32, device=self.device)
+            filled = c0
+            while filled < c1:
+                if batch is None or filled >= batch_start + batch.shape[1]:
+                    batch_start = filled // bs * bs
+                    b = min(batch_start + bs, total)
+                    images = self.data.images(batch_start, b).to(self.device)
+                    with eval_mode(self.model):
+                        batch = self.model.encode_images(images).float()
+                    del images
+                take = min(c1, batch_start + batch.shape[1]) - filled
+                chunk[:, filled - c0 : filled - c0 + take] = batch[
+                    :, filled - batch_start : filled - batch_start + take
+                ]
+                filled += take
+            yield chunk
+            del chunk
+
+
 def encode_split(
     model: nn.Module,
     split: EvalData | PrecomputedSplit,
     *,
     batch_size: int = 128,
     device: torch.device | str | None = None,
+    stream_images: bool = False,
 ) -> EncodedSplit:
     """Encode every image once and every caption once.
 
@@ -127,6 +203,8 @@ def encode_split(
             contiguous ``features.slice`` calls).
         batch_size: images or captions per forward pass.
         device: where the forward passes run (default: the model's parameter device).
+        stream_images: do not encode images now; ``img_emb`` is a :class:`StreamedImages`
+            that scoring reads chunk by chunk (for models with ``accepts_image_source``).
 
     Returns:
         The split's embeddings on the CPU in float32 (see :class:`EncodedSplit`).
@@ -142,12 +220,16 @@ def encode_split(
         raise ValueError(f"caption lengths have shape {tuple(lengths.shape)}, want ({n_cap},)")
     l_max = int(lengths.max())
 
-    img_emb: Tensor | None = None
+    img_emb: Tensor | StreamedImages | None = None
+    if stream_images:
+        if not getattr(model, "accepts_image_source", False):
+            raise ValueError(f"{type(model).__name__}.score_all_pairs cannot stream images")
+        img_emb = StreamedImages(model, data, batch_size=batch_size, device=device)
     cap_emb: Tensor | None = None  # sentence-level (n_cap, E), or token-level packed words
     packed: Tensor | None = None
     offsets = torch.cumsum(lengths, 0) - lengths
     with eval_mode(model):
-        for a in range(0, n_img, batch_size):
+        for a in range(0 if img_emb is None else n_img, n_img, batch_size):
             b = min(a + batch_size, n_img)
             out = model.encode_images(data.images(a, b).to(device))
             if img_emb is None:
@@ -386,7 +468,11 @@ def evaluate_models(
     protocol = protocol or default_protocol(data.name, data.split, data.num_images)
     mats = []
     for model in models:
-        encoded = encode_split(model, data, batch_size=batch_size, device=device)
+        # Streamed images: the region embeddings of a whole split are never held at once.
+        stream = bool(getattr(model, "accepts_image_source", False))
+        encoded = encode_split(
+            model, data, batch_size=batch_size, device=device, stream_images=stream
+        )
         mats.append(
             score_matrix(
                 model,

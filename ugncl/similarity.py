@@ -38,11 +38,15 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
         image_axis: the axis of ``encode_images``' output that indexes images (0 unless the
             backbone stacks views first, as SGRAF's (W, n, R, E)).
         num_views: W, the leading dimension of every raw score tensor.
+        accepts_image_source: ``score_all_pairs`` also takes the images as an
+            :class:`sgraf.scoring.ImageSource` (chunks on axis 1), so evaluation streams them
+            instead of holding a split's image embeddings (class attribute).
         config: constructor arguments as plain types.
     """
 
     backbone: ClassVar[str] = ""
     image_axis: ClassVar[int] = 0
+    accepts_image_source: ClassVar[bool] = False
     num_views: int
     config: dict[str, Any]
 

@@ -10,8 +10,11 @@ from torch import nn
 from precomputed.collate import pad_captions
 from precomputed.dataset import open_split
 from precomputed.vocab import build_vocab
+from sgraf.functional import word_mask
 from sgraf.model import SGRAF
+from sgraf.scoring import iter_blocks, plan_grid, score_all_pairs
 from ugncl.evaluation import (
+    StreamedImages,
     default_protocol,
     encode_split,
     ensemble,
@@ -141,6 +144,63 @@ def test_packed_caption_features_score_bit_identically(tiny_split, head):
             want = model.score_all_pairs(enc.img_emb, before, enc.lengths,
                                          memory_budget_bytes=budget)  # fmt: skip
         assert torch.equal(got, want)
+
+
+def reference_all_pairs(model: SGRAF, img_emb, cap_emb, lengths, budget, image_chunk):
+    """All pairs the straightforward way: every image held, image globals per
+    ``image_chunk`` images, caption chunks outer and image blocks inner (``iter_blocks``)."""
+    head = model.sim_enc
+    model.eval()
+    with torch.no_grad():
+        img_glo = torch.cat(
+            [head.image_globals(img_emb[:, i : i + image_chunk])
+             for i in range(0, img_emb.shape[1], image_chunk)], dim=1,
+        )  # fmt: skip
+        cap_glo = head.t_global_w(cap_emb, word_mask(lengths, cap_emb.shape[1]))
+        out = torch.empty(img_emb.shape[0], img_emb.shape[1], cap_emb.shape[0])
+        for start, idx, block in iter_blocks(
+            head, img_emb, img_glo, cap_emb, cap_glo, lengths, budget, []
+        ):
+            out[:, start : start + block.shape[1], idx] = block
+    return out
+
+
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+def test_streamed_images_score_bit_identically_to_held_ones(tiny_split, head, monkeypatch):
+    split, vocab_size = tiny_split
+    model = tiny_model(vocab_size, head, 5)
+    held = encode_split(model, split, batch_size=2)
+    before = padded_like_before(model, split, 2)
+    calls = []
+    original = split.features.slice
+    monkeypatch.setattr(
+        split.features, "slice", lambda a, b: calls.append((a, b)) or original(a, b)
+    )
+    streamed = encode_split(model, split, batch_size=2, stream_images=True)
+    assert isinstance(streamed.img_emb, StreamedImages) and streamed.num_images == N_IMG
+    # Image chunks of 3 cut encoding batches of 2 and blocks of 2 images (budget 20 kB):
+    # chunk and block boundaries disagree, as 1024 and a block height do at full size.
+    with torch.no_grad():
+        rows = plan_grid(model.sim_enc, held.img_emb.shape, 4, held.lengths, 20_000)[0]
+    assert rows % 3 and rows < N_IMG
+    for budget, chunk in ((20_000, 3), (20_000, 1024), (10**9, 3)):
+        want = reference_all_pairs(model, held.img_emb, before, held.lengths, budget, chunk)
+        for img in (held.img_emb, streamed.img_emb):
+            calls.clear()
+            with torch.no_grad():
+                got = score_all_pairs(model, img, streamed.cap_emb, held.lengths,
+                                      memory_budget_bytes=budget, image_chunk=chunk)  # fmt: skip
+            assert torch.equal(got, want), (budget, chunk)
+        # streamed: encode_split's batches, each read once per pass
+        assert calls == ([(0, 2), (2, 4), (4, 6), (6, 7)] if img is streamed.img_emb else [])
+    # The first n images alone score as the first n rows.
+    with torch.no_grad():
+        part = model.score_all_pairs(streamed.img_emb.first(5), streamed.cap_emb, held.lengths)
+        whole = model.score_all_pairs(held.img_emb[:, :5], before, held.lengths)
+    assert torch.equal(part, whole)
+    # evaluate_models streams (SGRAF accepts an image source) and still ranks the same matrix.
+    _, scores = evaluate_models([model], split, eval_score="raw", batch_size=2, protocol="full")
+    assert np.array_equal(scores, score_matrix(model, held, eval_score="raw"))
 
 
 REDUCERS = {
