@@ -247,7 +247,7 @@ def hard_soft_label(log_e: Tensor, rule: str = "projected", lam: int | None = No
     * ``"projected"`` (released ``probabilities``): ``b_ii / (1 - u_i) = e_ii / sum_k e_ik``,
       the diagonal's share of all evidence; near 1 for any pair whose diagonal evidence is
       merely larger than the (tiny) rest, near ``1/K`` when all scores are alike.
-    * ``"mean_rival"`` (decision, default of the method): ``e_ii / (e_ii + mean_{k != i}
+    * ``"mean_rival"`` (the previous default): ``e_ii / (e_ii + mean_{k != i}
       e_ik)``, the diagonal's two-way projected probability against an average candidate:
       ``y > 0.5`` when the pair holds more evidence than a typical rival. Independent of the
       overall evidence scale (which the KL term drives to ~0 for every pair, so ``u ~ 1`` and

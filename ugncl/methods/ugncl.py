@@ -60,7 +60,7 @@ class UGNCLConfig:
     evidential_loss: str = "fused"
     division_batch_size: int | None = None  # null -> train.batch_size (K of the division)
     # Anneal xi1 linearly from 0 over this many epochs (Sensoy et al. 2018); 0 = constant
-    # (released code). See README "Demo" for why the synthetic demo uses it.
+    # (released code). Tried and not adopted: README "UGNCL equations".
     kl_anneal_epochs: int = 0
     # Hard-noisy pairs in the trusted robust loss: true = paper Eq. 16 (trusted soft margin);
     # false (decision, README "UGNCL equations") = no hinge for them, like determined-noisy
