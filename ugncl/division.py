@@ -124,7 +124,12 @@ def fused_log_evidence(
         ``(K, K)``: row ``i`` = pair ``i``'s log evidence over the K candidates.
     """
     check_batch_scores(raw)
-    log_e = log_evidence_exact(raw, tau, floor, function)
+    return _fuse_bidirectional(log_evidence_exact(raw, tau, floor, function))
+
+
+def _fuse_bidirectional(log_e: Tensor) -> Tensor:
+    # (W, K, K) per-view log evidence -> (K, K): log(e[i, k] + e[k, i]) per view (Eq. 4),
+    # fused over views (Eq. 7).
     return log_ds_combine_many(torch.logaddexp(log_e, log_e.transpose(1, 2)))
 
 
@@ -201,8 +206,7 @@ def floor_uncertainty(
         raise ValueError(f"floor_uncertainty needs K >= 1 and W >= 1, got K={K}, W={W}")
     fill = min_log_evidence(tau, floor, function)
     log_e = torch.full((W, K, K), fill, dtype=torch.float64, device=device)
-    log_e = log_ds_combine_many(torch.logaddexp(log_e, log_e.transpose(1, 2)))
-    _, u, _ = _opinion_from_log_evidence(log_e)
+    _, u, _ = _opinion_from_log_evidence(_fuse_bidirectional(log_e))
     return u[0].to(dtype)
 
 

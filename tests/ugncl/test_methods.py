@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -116,3 +118,30 @@ def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl:
     )  # fmt: skip
     terms = method.training_step(model, batch, ctx(warmup=False, epoch=1))
     assert (terms["loss_trl"].item() > 0) is hard_noisy_trl
+
+
+def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
+    """top_rival's rival count is Eq. 16's hardness at the trainer's step count (restored on
+    resume), not one re-derived from the epoch: step 1000, K = 6 -> max(6 - 25, theta) = 2."""
+    import numpy as np
+
+    from ugncl.engine.context import MethodContext
+    from ugncl.engine.device import select_precision
+
+    model, batch = tiny_batch(views=2)
+    k = len(batch.index)
+    cpu = torch.device("cpu")
+    ctx = MethodContext(
+        model=model, device=cpu, precision=select_precision("off", cpu),
+        run_dir=tmp_path, seed=0, warmup_epochs=1, batch_size=k, num_samples=k,
+        clean=np.ones(k, bool), recorder=None, batches=lambda *a, **kw: [batch],
+        global_step=1000,
+    )  # fmt: skip
+    record = UGNCLMethod(lambda_min=2).on_epoch_start(ctx, epoch=1)
+    assert record["division_lambda"] == 2
+    assert (
+        UGNCLMethod(lambda_min=2).on_epoch_start(dataclasses.replace(ctx, global_step=0), epoch=1)[
+            "division_lambda"
+        ]
+        == k - 1
+    )

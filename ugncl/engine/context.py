@@ -50,6 +50,8 @@ class MethodContext:
             noisy index); caches built on it can check they match the run's pairs.
         fetch: ``fetch(indices (K,)) -> PairBatch`` of those training samples in that order
             (e.g. memory-bank pairs looked up per batch).
+        global_step: optimiser steps taken before this call (Eq. 16's hardness schedule runs
+            on it; restored on resume).
         estimator_view: with ``data.estimator`` set, ``estimator_view(model) -> batches``:
             like ``batches`` (same samples, same seeded orders) but in the input format of
             ``model``, a frozen estimator of another backbone (OSA's CLIP estimator scoring
@@ -70,6 +72,7 @@ class MethodContext:
     image_index: np.ndarray | None = None
     fetch: Callable[[torch.Tensor], PairBatch] | None = None
     estimator_view: Callable[[nn.Module], Callable[..., Iterable[PairBatch]]] | None = None
+    global_step: int = 0
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The run's autocast context for forward passes."""

@@ -139,6 +139,7 @@ class Trainer:
             image_index=np.asarray(self.data.image_index, dtype=np.int64),
             fetch=self.fetch,
             estimator_view=None if self.estimator_data is None else self.estimator_view,
+            global_step=self.global_step,
         )
 
     def fetch(self, indices: torch.Tensor | np.ndarray) -> PairBatch:

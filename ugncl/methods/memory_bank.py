@@ -298,12 +298,13 @@ def build_memory_bank(
     if len(clean) != n or len(caption_emb) != n:
         raise ValueError(f"clean {len(clean)}, captions {len(caption_emb)} and index {n} differ")
     keys = np.flatnonzero(clean)
-    if len(np.unique(image_index[keys])) < 2:
+    n_key_images = len(np.unique(image_index[keys]))
+    if n_key_images < 2:
         # Every query's neighbour is a clean pair of another sample (and, for images, of
         # another image): with clean pairs of fewer than two images some query has none.
         raise InvalidSettingError(
             f"memory bank clean set is empty or too small ({keys.size} clean pairs, "
-            f"{len(np.unique(image_index[keys]))} images; need pairs of at least 2 images): "
+            f"{n_key_images} images; need pairs of at least 2 images): "
             "lower method.npc.clean_threshold, or method.sdd.beta (thresholds: fixed) / "
             "method.sdd.auto_beta_std (thresholds: auto), or start from a better model"
         )

@@ -128,10 +128,10 @@ class UGNCLMethod(Method):
         if epoch < ctx.warmup_epochs:
             return None
         batch_size = self.division_batch_size or ctx.batch_size
-        # Hardness of Eq. 16 at this epoch's first step (each epoch visits every sample in
-        # N // B steps, a short tail joining the previous batch): top_rival's rival count.
-        step = epoch * max(1, ctx.num_samples // ctx.batch_size)
-        lam = lambda_schedule(batch_size, step, delta=self.lambda_delta, theta=self.lambda_min)
+        # Hardness of Eq. 16 at this epoch's first step: top_rival's rival count.
+        lam = lambda_schedule(
+            batch_size, ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
+        )
         model = ctx.model
         accumulator = DivisionAccumulator(ctx.num_samples)
         with eval_mode(model):
