@@ -20,6 +20,8 @@ from torch import Tensor
 from ugncl.evidential import (
     EvidenceFloor,
     EvidenceFunction,
+    ScoreCentring,
+    centre_scores,
     ds_combine_many,
     log_ds_combine_many,
     log_evidence_exact,
@@ -180,6 +182,7 @@ def floor_uncertainty(
     *,
     tau: float = 0.1,
     function: EvidenceFunction = "softplus",
+    centred: bool = False,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
@@ -197,6 +200,8 @@ def floor_uncertainty(
         W: number of views, ``>= 1``.
         floor: evidence floor mode.
         tau, function: evidence settings.
+        centred: the scores were centred (:func:`ugncl.evidential.centre_scores`): the
+            vacuous batch is every score at the batch mean, raw 0.
         dtype, device: of the returned scalar (use those of the ``u`` it will divide).
 
     Returns:
@@ -204,7 +209,7 @@ def floor_uncertainty(
     """
     if K < 1 or W < 1:
         raise ValueError(f"floor_uncertainty needs K >= 1 and W >= 1, got K={K}, W={W}")
-    fill = min_log_evidence(tau, floor, function)
+    fill = min_log_evidence(tau, floor, function, centred=centred)
     log_e = torch.full((W, K, K), fill, dtype=torch.float64, device=device)
     _, u, _ = _opinion_from_log_evidence(_fuse_bidirectional(log_e))
     return u[0].to(dtype)
@@ -217,24 +222,27 @@ def normalised_uncertainty(
     *,
     tau: float = 0.1,
     function: EvidenceFunction = "softplus",
+    centred: bool = False,
 ) -> Tensor:
-    """``u_bar = u / u_floor`` (METHOD section 5): 1 = no evidence beyond the minimum.
+    """``u_bar = u / u_floor`` (METHOD section 5): 1 = no evidence beyond the vacuous batch.
 
     Args:
         u: fused uncertainty ``(K,)`` of a batch of K pairs.
         W: number of views that were fused.
-        floor, tau, function: evidence settings.
+        floor, tau, function, centred: evidence settings (:func:`floor_uncertainty`).
 
     Returns:
         ``(K,)`` in ``[0, 1]``.
     """
-    # u_bar <= 1 holds exactly: in evidence terms the reduced DST rule is
+    # Uncentred, u_bar <= 1 holds exactly: in evidence terms the reduced DST rule is
     # e = e1 + e2 + e1 * e2 / K (elementwise), increasing in every input, and
-    # 1 / u = 1 + sum(e) / K, so any evidence above the minimum lowers the fused u. The
-    # clamp only removes rounding.
+    # 1 / u = 1 + sum(e) / K, so any evidence above the minimum lowers the fused u; the
+    # clamp only removes rounding. Centred, a row scored below the batch mean has less
+    # evidence than the vacuous batch; the clamp puts it at 1 (no information).
     u_floor = floor_uncertainty(
-        u.shape[-1], W, floor, tau=tau, function=function, dtype=u.dtype, device=u.device
-    )
+        u.shape[-1], W, floor, tau=tau, function=function, centred=centred, dtype=u.dtype,
+        device=u.device,
+    )  # fmt: skip
     return (u / u_floor).clamp(max=1.0)
 
 
@@ -326,6 +334,7 @@ def divide_batch(
     epsilon: float = 0.5,
     soft_label: str = "projected",
     lam: int | None = None,
+    centring: ScoreCentring = "none",
 ) -> BatchDivision:
     """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
 
@@ -346,15 +355,21 @@ def divide_batch(
         epsilon: soft-label threshold for hard pairs (paper: 0.5).
         soft_label: soft-label rule of hard pairs (:func:`hard_soft_label`).
         lam: rivals of the ``"top_rival"`` rule.
+        centring: ``"batch"`` centres each view's scores first
+            (:func:`ugncl.evidential.centre_scores`) and normalises ``u`` by the batch of
+            equal scores; ``"none"`` (paper).
 
     Returns:
         A :class:`BatchDivision` (float32 tensors).
     """
     check_batch_scores(raw)
     with torch.no_grad():
-        log_e = fused_log_evidence(raw.detach(), tau=tau, floor=floor, function=function)
+        raw = centre_scores(raw.detach(), centring)
+        log_e = fused_log_evidence(raw, tau=tau, floor=floor, function=function)
         _, u, projected = _opinion_from_log_evidence(log_e)
-        u_bar = normalised_uncertainty(u, raw.shape[0], floor, tau=tau, function=function)
+        u_bar = normalised_uncertainty(
+            u, raw.shape[0], floor, tau=tau, function=function, centred=centring == "batch"
+        )
         argmax = log_e.argmax(dim=-1)
         idx = torch.arange(log_e.shape[0], device=log_e.device)
         determined = u_bar < p

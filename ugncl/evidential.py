@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
+    "centre_scores",
     "ds_combine",
     "ds_combine_many",
     "edl_loss",
@@ -52,6 +53,8 @@ EvidenceFloor = Literal["keep", "subtract"]
 _FLOORS = ("keep", "subtract")
 EvidenceFunction = Literal["tanh", "softplus"]
 _FUNCTIONS = ("tanh", "softplus")
+ScoreCentring = Literal["batch", "none"]
+CENTRINGS = ("batch", "none")
 
 
 def _check_function(function: str, floor: str = "keep") -> None:
@@ -159,16 +162,51 @@ def evidence(
     return torch.exp(log_e) if floor == "keep" else torch.expm1(log_e)
 
 
-def min_log_evidence(
-    tau: float = 0.1, floor: EvidenceFloor = "keep", function: EvidenceFunction = "softplus"
-) -> float:
-    """Infimum of the log evidence (``-inf`` when the evidence can reach 0).
+def centre_scores(raw: Tensor, centring: ScoreCentring = "batch") -> Tensor:
+    """Subtract each view's batch mean from its raw scores (switch ``method.ugncl.centring``).
 
-    Softplus ``keep``: 0 (the floor ``e >= 1``); softplus ``subtract``: ``-inf``; tanh:
-    ``-1 / tau``. The uncertainty of a batch at this value is the normaliser of ``u_bar``.
+    Ranking, the division's argmax and every hinge difference are unchanged by a shift common
+    to all scores of a batch; only the evidence ``exp(f(r) / tau)`` sees it. Uncentred, the KL
+    term of Eq. 13 lowers every off-target evidence at once by lowering that shared offset (one
+    scalar head scores all pairs), the diagonal follows, and every evidence ends near
+    ``exp(-1/tau)`` where neither the evidential loss nor ``u`` carries information. Centred,
+    the offset gets no gradient (the mean is subtracted with its gradient), so the loss can
+    only change how the scores differ. The mean is over the ``K x K`` scores of each view.
+
+    Args:
+        raw: raw scores ``(W, K, K)``.
+        centring: ``"batch"`` (subtract the per-view mean) or ``"none"`` (paper, released).
+
+    Returns:
+        Scores ``(W, K, K)``; ``raw`` itself for ``"none"``.
+    """
+    if centring not in CENTRINGS:
+        raise ValueError(f"score centring must be one of {CENTRINGS}, got {centring!r}")
+    if centring == "none":
+        return raw
+    return raw - raw.mean(dim=(-2, -1), keepdim=True)
+
+
+def min_log_evidence(
+    tau: float = 0.1,
+    floor: EvidenceFloor = "keep",
+    function: EvidenceFunction = "softplus",
+    *,
+    centred: bool = False,
+) -> float:
+    """Log evidence of the vacuous batch, the normaliser of ``u_bar``.
+
+    Uncentred scores: the infimum of the log evidence (``-inf`` when the evidence can reach
+    0): softplus ``keep`` 0 (the floor ``e >= 1``), softplus ``subtract`` ``-inf``, tanh
+    ``-1 / tau``. Centred scores (:func:`centre_scores`): the log evidence at the batch mean,
+    raw 0 (tanh 0, softplus ``log 2 / tau`` or its ``subtract`` form), because a batch whose
+    scores are all equal is the state without information once the offset is removed.
     """
     _check_floor(floor)
     _check_function(function, floor)
+    if centred:
+        x = (0.0 if function == "tanh" else math.log(2.0)) / tau
+        return x if floor == "keep" else x + math.log(-math.expm1(-x))
     if function == "tanh":
         return -1.0 / tau
     return 0.0 if floor == "keep" else -math.inf

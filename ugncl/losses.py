@@ -18,7 +18,9 @@ from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY, check_batch_sco
 from ugncl.evidential import (
     EvidenceFloor,
     EvidenceFunction,
+    ScoreCentring,
     _wide_dtype,
+    centre_scores,
     ds_combine_many,
     edl_terms,
     evidence,
@@ -296,6 +298,7 @@ def ugncl_objective(
     trust_delta: float = 10.0,
     evidential: EvidentialMode = "fused",
     hard_noisy_trl: bool = True,
+    centring: ScoreCentring = "none",
 ) -> dict[str, Tensor]:
     """UGNCL batch objective ``L = L_e + xi2 * L_t`` (paper Eq. 18, METHOD 7-9).
 
@@ -314,6 +317,8 @@ def ugncl_objective(
         evidential: ``"fused"`` (Eq. 14) or ``"per_view"`` (released).
         hard_noisy_trl: hard-noisy pairs get the trusted-margin hinge (paper Eq. 16); False
             leaves them out of ``L_t`` like determined-noisy pairs.
+        centring: ``"batch"`` centres each view's scores before both terms
+            (:func:`ugncl.evidential.centre_scores`); ``"none"`` (paper).
 
     Returns:
         ``loss_edl`` (``L_e``), ``loss_trl`` (``xi2 * L_t``, ``L_t`` = TRL on ``tanh(raw)``
@@ -323,6 +328,7 @@ def ugncl_objective(
     _, K = check_batch_scores(raw)
     for t, name in ((sets, "sets"), (soft_label, "soft_label"), (u_bar, "u_bar")):
         _check_per_pair(t, K, name)
+    raw = centre_scores(raw, centring)
     edl = evidential_loss(
         raw, soft_label, tau=tau, ceiling=ceiling, floor=floor, function=function,
         kl_weight=kl_weight, evidential=evidential,
@@ -363,6 +369,7 @@ def warmup_objective(
     trl_weight: float = 0.8,
     gamma: float = 0.2,
     evidential: EvidentialMode = "fused",
+    centring: ScoreCentring = "none",
 ) -> dict[str, Tensor]:
     """Warm-up objective (METHOD 9): identity-target ``L_e`` + ``xi2`` x top-lam hinge.
 
@@ -373,13 +380,14 @@ def warmup_objective(
     Args:
         raw: raw scores ``(W, K, K)``.
         lam: hard negatives (:func:`lambda_schedule`).
-        tau, ceiling, floor, function, kl_weight, trl_weight, gamma, evidential: as in
-            :func:`ugncl_objective`.
+        tau, ceiling, floor, function, kl_weight, trl_weight, gamma, evidential, centring:
+            as in :func:`ugncl_objective`.
 
     Returns:
         ``loss_edl``, ``loss_trl`` and detached ``edl_i2t, edl_t2i, edl_ls, edl_kl, trl``.
     """
     _, K = check_batch_scores(raw)
+    raw = centre_scores(raw, centring)
     ones = torch.ones(K, dtype=raw.dtype, device=raw.device)
     edl = evidential_loss(
         raw, ones, tau=tau, ceiling=ceiling, floor=floor, function=function,

@@ -274,3 +274,26 @@ def test_top_rival_soft_label_interpolates_mean_and_max_rival() -> None:
     )
     with pytest.raises(ValueError, match="needs lam"):
         hard_soft_label(log_e, "top_rival")
+
+
+def test_centred_division_is_shift_invariant_and_vacuous_at_equal_scores():
+    """Centred scores: equal scores are the vacuous batch (u_bar = 1, every pair hard), and a
+    per-view shift changes nothing; uncentred, the same shift changes the division (tanh
+    is not shift-invariant, and the fused bidirectional evidence mixes the views)."""
+    eq = divide_batch(torch.full((2, 8, 8), 3.0), function="tanh", centring="batch")
+    assert torch.allclose(eq.u_bar, torch.ones(8))
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randn(2, 8, 8, generator=g)
+    raw[:, torch.arange(8), torch.arange(8)] += 2.0
+    shift = torch.tensor([0.8, -1.3]).view(2, 1, 1)
+    kw = dict(function="tanh", soft_label="top_rival", lam=3)
+    a = divide_batch(raw, centring="batch", **kw)
+    b = divide_batch(raw + shift, centring="batch", **kw)
+    assert torch.equal(a.sets, b.sets)
+    assert torch.allclose(a.u_bar, b.u_bar, atol=1e-6)
+    assert torch.allclose(a.soft_label, b.soft_label, atol=1e-6)
+    a0 = divide_batch(raw, centring="none", **kw)
+    b0 = divide_batch(raw + shift, centring="none", **kw)
+    assert not torch.equal(a0.sets, b0.sets)
+    # A dominant diagonal lowers the centred u_bar below the vacuous 1.
+    assert (a.u_bar < 1.0).all()

@@ -282,3 +282,58 @@ def test_fused_loss_pushes_down_a_confident_noisy_pair(function, diag):
         grads[mode] = g[:, 0, 0].sum().item()
     assert grads["per_view"] > 0.05
     assert grads["fused"] > 0.1 * grads["per_view"]
+
+
+# ------------------------------------------------------------------------- score centring
+
+
+def _offset_gradient(centring: str, seed: int = 0) -> tuple[float, float]:
+    """d L / d c of the warm-up objective at raw + c (c a shared offset), at a random start
+    (raw ~ N(0, 0.1), K = 32, W = 2, tanh evidence, xi1 = 0.1): returns (gradient, loss)."""
+    g = torch.Generator().manual_seed(seed)
+    raw = 0.1 * torch.randn(2, 32, 32, generator=g, dtype=torch.float64)
+    c = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    out = warmup_objective(raw + c, lam=31, tau=0.1, function="tanh", centring=centring)
+    loss = out["loss_edl"] + out["loss_trl"]
+    loss.backward()
+    return c.grad.item(), loss.item()
+
+
+def test_uncentred_kl_lowers_every_score_through_the_shared_offset():
+    """Issue 8 item 3 (mechanism): at a random start the objective falls when every score
+    falls together (positive d L / d offset), which is how the KL term drives every evidence,
+    the diagonal's included, to exp(-1/tau). Centred, the offset has no gradient at all."""
+    grad_none, _ = _offset_gradient("none")
+    grad_batch, _ = _offset_gradient("batch")
+    assert grad_none > 0.1
+    assert abs(grad_batch) < 1e-10
+
+
+@pytest.mark.parametrize("objective", ["warmup", "ugncl"])
+def test_centred_objectives_ignore_a_per_view_shift(objective):
+    """Adding a constant per view leaves the centred objectives unchanged, not the paper's."""
+    g = torch.Generator().manual_seed(3)
+    raw = torch.randn(2, 6, 6, generator=g, dtype=torch.float64)
+    shift = torch.tensor([1.5, -0.7], dtype=torch.float64).view(2, 1, 1)
+    sets = torch.tensor([CLEAN, NOISY, HARD_CLEAN, HARD_NOISY, CLEAN, HARD_CLEAN])
+    extra = dict(sets=sets, soft_label=torch.rand(6, generator=g).double(),
+                 u_bar=torch.rand(6, generator=g).double())  # fmt: skip
+
+    def total(r, centring):
+        kw = dict(lam=3, tau=0.1, function="tanh", centring=centring)
+        out = (
+            warmup_objective(r, **kw)
+            if objective == "warmup"
+            else ugncl_objective(r, **extra, **kw)
+        )
+        return (out["loss_edl"] + out["loss_trl"]).item()
+
+    assert total(raw + shift, "batch") == pytest.approx(total(raw, "batch"), rel=1e-12)
+    assert total(raw + shift, "none") != pytest.approx(total(raw, "none"), rel=1e-3)
+
+
+def test_centre_scores_rejects_unknown_mode():
+    from ugncl.evidential import centre_scores
+
+    with pytest.raises(ValueError, match="centring"):
+        centre_scores(torch.zeros(1, 2, 2), "row")
