@@ -385,7 +385,7 @@ def test_npc_with_dropout_runs_the_copys_own_forward(tmp_path, monkeypatch):
         monkeypatch.setattr(
             SiameseCopy, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k)
         )
-    for cls, path in ((TinyClip, "shared"), (DropoutClip, "own")):
+    for cls, path in ((TinyClip, "plain"), (DropoutClip, "dropout")):
         model = cls()
         (tmp_path / path).mkdir()
         ctx = FakeContext(model, tmp_path / path)
