@@ -82,15 +82,20 @@ def build_optimizer(
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
-    """``adam`` or ``adamw`` over ``params``; ``modules`` (model, method) name the no-decay ones."""
+    """``adam`` or ``adamw`` over ``params``; ``modules`` (model, method) name the no-decay ones.
+
+    ``fused``: torch's fused kernel (one pass per tensor; CPU and CUDA), the same update to
+    float rounding; used where the optimiser step is pure overhead (the siamese copy).
+    """
     groups = parameter_groups(params, modules, weight_decay)
     if not any(g["params"] for g in groups):
         raise ValueError("no trainable parameters: the method's trainable_parameters() is empty")
     cls = OPTIMIZERS.get(name)
     if cls is None:
         raise ValueError(f"unknown optimizer {name!r}; use one of {sorted(OPTIMIZERS)}")
-    return cls(groups, lr=lr, betas=betas, eps=eps)
+    return cls(groups, lr=lr, betas=betas, eps=eps, **({"fused": True} if fused else {}))
 
 
 # ---------------------------------------------------------------------------- schedules

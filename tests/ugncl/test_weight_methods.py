@@ -21,7 +21,8 @@ from ugncl.clip.losses import info_nce_per_sample
 from ugncl.methods.npc import NPCMethod, adamw_factory, pair_logits
 from ugncl.methods.osa import OSAMethod
 from ugncl.methods.sdd import SDDMethod
-from ugncl.methods.siamese import SiameseCopy
+from ugncl.methods.siamese import SiameseCopy, draws_random_numbers
+from ugncl.optim import build_optimizer
 
 N_IMG, CAPS, D_IMG, VOCAB = 12, 2, 8, 16
 
@@ -333,7 +334,6 @@ def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
 
 
 def test_siamese_adamw_exempts_what_the_run_optimiser_exempts():
-    from ugncl.methods.npc import adamw_factory
     from ugncl.optim import build_optimizer
 
     model = TinyClip()
@@ -347,6 +347,55 @@ def test_siamese_adamw_exempts_what_the_run_optimiser_exempts():
 
     assert decay(sia.optimizer, copy_names) == decay(run, names)
     assert decay(run, names)["logit_scale"] == 0.0 and decay(run, names)["img.weight"] == 0.2
+    assert sia.optimizer.defaults["fused"] and not run.defaults["fused"]  # cheaper, same step
+
+
+def test_draws_random_numbers_sees_dropout_in_training_mode_only():
+    model = TinyClip()
+    assert not draws_random_numbers(model)
+    model.drop = nn.Dropout(0.0)
+    assert not draws_random_numbers(model)
+    model.drop = nn.Dropout(0.1)
+    assert draws_random_numbers(model)
+    model.eval()
+    assert not draws_random_numbers(model)
+    model.train()
+    model.drop = nn.MultiheadAttention(6, 2, dropout=0.1)
+    assert draws_random_numbers(model)
+
+
+class DropoutClip(TinyClip):
+    """TinyClip with dropout on the image embedding: two forwards at equal weights differ."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def encode_images(self, images):
+        return self.drop(self.img(images))
+
+
+def test_npc_with_dropout_runs_the_copys_own_forward(tmp_path, monkeypatch):
+    # With dropout the model's batch forward is one draw of the masks and the copy's another,
+    # so the shared step (the model's forward standing in for the copy's) would change the
+    # procedure: the copy then runs its own batch and before passes (one_step), as released.
+    calls = []
+    for name in ("one_step", "one_step_shared"):
+        real = getattr(SiameseCopy, name)
+        monkeypatch.setattr(
+            SiameseCopy, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k)
+        )
+    for cls, path in ((TinyClip, "plain"), (DropoutClip, "dropout")):
+        model = cls()
+        (tmp_path / path).mkdir()
+        ctx = FakeContext(model, tmp_path / path)
+        npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=1e-2)
+        npc.setup(ctx)
+        model.train()
+        out = npc.training_step(model, ctx.fetch(np.arange(6)), _step())
+        assert torch.isfinite(out["loss"] + out["loss_bank"])
+        assert out["loss"].requires_grad and out["loss_bank"].requires_grad
+    assert calls == ["one_step_shared", "one_step"]
 
 
 def test_osa_missing_estimator_checkpoint_is_a_user_error(tmp_path):
@@ -368,9 +417,11 @@ class ReferenceNPC:
     def __init__(self, model, bank, fetch, lr):
         self.bank, self.fetch, self.lr = bank, fetch, lr
         self.siamese = copy.deepcopy(model)
-        self.opt = adamw_factory(lr, (0.9, 0.98), 1e-6, 0.2)(
-            list(self.siamese.parameters()), self.siamese
-        )
+        # torch's plain per-tensor AdamW (the method's copy runs the fused kernel)
+        self.opt = build_optimizer(
+            "adamw", self.siamese.parameters(), modules=[self.siamese], lr=lr,
+            weight_decay=0.2, betas=(0.9, 0.98), eps=1e-6,
+        )  # fmt: skip
 
     def step(self, model, batch):
         img_side, txt_side = self.bank.lookup(batch.index, batch.image_index)

@@ -33,7 +33,7 @@ from ugncl.methods.memory_bank import (
     plan_bank_pairs,
 )
 from ugncl.methods.passes import pair_fetcher, scan_training_set
-from ugncl.methods.siamese import OneStepLosses, SiameseCopy
+from ugncl.methods.siamese import OneStepLosses, SiameseCopy, draws_random_numbers
 from ugncl.methods.weights import significance_weight
 from ugncl.noise_detection import detection_record
 from ugncl.optim import build_optimizer
@@ -41,6 +41,7 @@ from ugncl.optim import build_optimizer
 logger = logging.getLogger(__name__)
 
 BANK_STREAM = 2  # RNG stream of the bank pass (training order 0, division 1)
+FUSED_DEVICES = ("cpu", "cuda")  # where torch ships a fused AdamW kernel
 
 
 def pair_logits(model: nn.Module, batch: Any) -> Tensor:
@@ -54,12 +55,17 @@ def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_deca
     Its weight decay exempts the parameters the run's own optimiser exempts (biases, norms,
     embeddings, logit_scale; :func:`ugncl.optim.parameter_groups`), so the copy's step is the
     step the model would take; the release decays every parameter of both optimisers alike.
+    It runs torch's fused AdamW kernel where the parameters live on a device that has one
+    (CPU, CUDA): the same update to float rounding, about 6x cheaper on CPU than the
+    per-tensor loop (0.039 s -> 0.006 s per step for ugncl-tiny's 7.9 M parameters, 1 thread),
+    and this step is pure overhead of the method.
     """
 
     def make(params: list[nn.Parameter], module: nn.Module) -> torch.optim.Optimizer:
+        fused = all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params)
         return build_optimizer(
             "adamw", params, modules=[module], lr=lr, weight_decay=weight_decay, betas=betas,
-            eps=eps,
+            eps=eps, fused=fused,
         )  # fmt: skip
 
     return make
@@ -227,17 +233,28 @@ class BankSiamese(nn.Module):
                 "the siamese step needs a learning rate: set siamese_lr, or the trainer must "
                 "pass its current lr as StepContext.lr"
             )
-        if before is None:
-            with torch.no_grad():
-                emb = None if batch_emb is None else tuple(e.detach() for e in batch_emb)
-                before = self.bank_losses(model, view, emb)
-        res = self._siamese[0].one_step_shared(
-            model,
-            weighted_mean(per, train_weights),
-            before,
-            lambda m: self.bank_losses(m, view),
-            lr,
-        )
+        siamese = self._siamese[0]
+        if draws_random_numbers(model):
+            # Dropout: the model's forward is one draw, the copy's another (as in the release),
+            # so the copy runs its own batch and before passes.
+            res = siamese.one_step(
+                model,
+                lambda m: weighted_mean(self.encode_batch(m, view.batch)[2], train_weights),
+                lambda m: self.bank_losses(m, view),
+                lr,
+            )
+        else:
+            if before is None:
+                with torch.no_grad():
+                    emb = None if batch_emb is None else tuple(e.detach() for e in batch_emb)
+                    before = self.bank_losses(model, view, emb)
+            res = siamese.one_step_shared(
+                model,
+                weighted_mean(per, train_weights),
+                before,
+                lambda m: self.bank_losses(m, view),
+                lr,
+            )
         (bi, bt), (ai, at) = res.before, res.after
         return significance_weight(bi, ai, bt, at), res
 

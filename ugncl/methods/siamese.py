@@ -15,11 +15,34 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from open_clip.transformer import PatchDropout
 from torch import Tensor, nn
 
-__all__ = ["OneStepLosses", "SiameseCopy"]
+__all__ = ["OneStepLosses", "SiameseCopy", "draws_random_numbers"]
 
 OptimizerFactory = Callable[[list[nn.Parameter], nn.Module], torch.optim.Optimizer]
+
+
+def draws_random_numbers(model: nn.Module) -> bool:
+    """Whether ``model``'s forward in its current mode samples random masks: a dropout layer
+    (``nn.Dropout*``, attention dropout of ``nn.MultiheadAttention``, open_clip's patch
+    dropout) with a positive rate in training mode.
+
+    Then two forwards at equal weights differ, so the copy's forward may not be replaced by the
+    model's (:meth:`SiameseCopy.one_step_shared`). Functional dropout called inside a custom
+    ``forward`` is not visible here; the package's CLIP models (open_clip ViTs, ``ugncl-tiny``)
+    have no dropout at all.
+    """
+    for mod in model.modules():
+        if not mod.training:
+            continue
+        if isinstance(mod, nn.modules.dropout._DropoutNd) and mod.p > 0:
+            return True
+        if isinstance(mod, nn.MultiheadAttention) and mod.dropout > 0:
+            return True
+        if isinstance(mod, PatchDropout) and mod.prob > 0:
+            return True
+    return False
 
 
 @dataclass
@@ -129,7 +152,8 @@ class SiameseCopy(nn.Module):
         the model's: the gradient of the step is taken from the model's graph
         (``autograd.grad`` with ``retain_graph``, the graph stays usable for the model's own
         loss) and ``before`` is what the model computed. Saves the copy's batch forward and
-        the before pass; exact whenever the forward is deterministic (CLIP: no dropout).
+        the before pass; exact whenever the forward is deterministic: callers use
+        :meth:`one_step` where :func:`draws_random_numbers` (dropout in training mode).
 
         Args:
             model: the model being trained.
