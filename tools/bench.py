@@ -402,8 +402,10 @@ def bench_eval_memory(args: argparse.Namespace) -> dict:
         with torch.no_grad():
             for chunk in enc.img_emb.chunks(IMAGE_CHUNK):
                 model.sim_enc.image_globals(chunk)
+                del chunk  # as score_all_pairs: not held while the next chunk is built
         shard_images = enc.img_emb.first(args.shard_images)
-        img_bytes = min(IMAGE_CHUNK, enc.num_images) * chunk[:, 0].numel() * 4
+        w, _, r, e = enc.img_emb.shape
+        img_bytes = min(IMAGE_CHUNK, enc.num_images) * w * r * e * 4
     encode_s = time.perf_counter() - started
     cap = enc.cap_emb
     n_cap = args.shard_captions

@@ -21,6 +21,7 @@ from ugncl.evaluation import (
     evaluate_models,
     evaluate_scores,
     metric_table,
+    pack_words,
     score_matrix,
     view_reducer,
 )
@@ -126,6 +127,21 @@ def padded_like_before(model: SGRAF, split, batch_size: int) -> torch.Tensor:
             words = model.encode_captions(ids, lens)
             out[a : a + len(lens), : words.shape[1]] = words
     return out
+
+
+def test_pack_words_writes_the_real_words_in_place():
+    gen = torch.Generator().manual_seed(0)
+    words = torch.randn(5, 6, 3, generator=gen)
+    lengths = torch.tensor([6, 0, 2, 5, 1])
+    packed = torch.full((2 + 14 + 3, 3), 7.0)
+    end = pack_words(words, lengths, packed, 2)
+    assert end == 2 + 14
+    assert torch.equal(packed[2:end], words[word_mask(lengths, 6)])  # the previous path
+    assert (packed[:2] == 7).all() and (packed[end:] == 7).all()  # nothing else touched
+    with pytest.raises(ValueError, match="cannot write 14 from row 6"):
+        pack_words(words, lengths, packed, 6)
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, 6\]"):
+        pack_words(words, torch.tensor([7, 0, 0, 0, 0]), packed, 0)
 
 
 @pytest.mark.parametrize("head", ["sgr", "saf"])
