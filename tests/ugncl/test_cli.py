@@ -1,5 +1,7 @@
 """The tools' error contract: a UserError is one ``error:`` line and exit code 2."""
 
+import sys
+
 import pytest
 
 from precomputed.errors import CheckpointError, DataFormatError, UserError
@@ -26,3 +28,34 @@ def test_bugs_keep_their_traceback():
     with pytest.raises(KeyError):
         main([])
     assert cli_main(lambda argv=None: 0)([]) == 0
+
+
+def test_setup_logging_drops_an_implicit_basicconfig_handler(capsys):
+    """A library's module-level ``logging.info`` installs basicConfig's console handler before
+    the run configures logging; every line then printed twice (seen with open_clip). After
+    ``setup_logging`` one line is printed, and a test framework's handlers are kept."""
+    import logging
+
+    from ugncl.engine.recorder import setup_logging
+
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    try:
+        for handler in list(root.handlers):
+            if type(handler) is logging.StreamHandler:
+                root.removeHandler(handler)
+        foreign = [h for h in root.handlers]  # pytest's capture handlers
+        implicit = logging.StreamHandler(sys.stderr)
+        root.addHandler(implicit)
+        setup_logging(None)
+        logging.getLogger("ugncl.test").info("once")
+        out = capsys.readouterr()
+        assert (out.out + out.err).count("once") == 1
+        assert implicit not in root.handlers
+        assert all(h in root.handlers for h in foreign)
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])

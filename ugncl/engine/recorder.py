@@ -89,12 +89,23 @@ def truncate_metrics(run_dir: str | Path, keep: Callable[[dict[str, Any]], bool]
 
 
 def setup_logging(log_file: Path | None, level: int = logging.INFO) -> None:
-    """Console + file handlers on the root logger; replaces handlers from an earlier call."""
+    """Console + file handlers on the root logger; replaces handlers from an earlier call.
+
+    Also drops a plain console handler that ``logging.basicConfig`` installed before this
+    call (a module-level ``logging.info`` in an imported library, e.g. open_clip's model
+    factory, installs one): it would print every line a second time, unformatted.
+    """
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if getattr(handler, _HANDLER_TAG, False):
+        ours = getattr(handler, _HANDLER_TAG, False)
+        implicit = type(handler) is logging.StreamHandler and handler.stream in (
+            sys.stderr,
+            sys.stdout,
+        )
+        if ours or implicit:
             root.removeHandler(handler)
-            handler.close()
+            if ours:
+                handler.close()
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout)]
     if log_file is not None:
