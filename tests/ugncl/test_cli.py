@@ -36,7 +36,7 @@ def test_setup_logging_drops_an_implicit_basicconfig_handler(capsys):
     ``setup_logging`` one line is printed, and a test framework's handlers are kept."""
     import logging
 
-    from ugncl.engine.recorder import setup_logging
+    from ugncl.engine.recorder import _HANDLER_TAG, setup_logging
 
     root = logging.getLogger()
     saved = list(root.handlers), root.level
@@ -44,7 +44,8 @@ def test_setup_logging_drops_an_implicit_basicconfig_handler(capsys):
         for handler in list(root.handlers):
             if type(handler) is logging.StreamHandler:
                 root.removeHandler(handler)
-        foreign = [h for h in root.handlers]  # pytest's capture handlers
+        # pytest's capture handlers (ours from earlier tests are replaced by design)
+        foreign = [h for h in root.handlers if not getattr(h, _HANDLER_TAG, False)]
         implicit = logging.StreamHandler(sys.stderr)
         root.addHandler(implicit)
         setup_logging(None)
