@@ -17,6 +17,7 @@ from ugncl.data import PairBatch
 from ugncl.division import DivisionAccumulator, DivisionResult, divide_batch, division_quality
 from ugncl.engine.context import MethodContext, StepContext
 from ugncl.evaluation import eval_mode
+from ugncl.evidential import CENTRINGS
 from ugncl.losses import lambda_schedule, ugncl_objective, warmup_objective
 from ugncl.methods.base import Method
 
@@ -33,7 +34,7 @@ class UGNCLConfig:
         "evidence": ("tanh", "softplus"),
         "evidence_floor": ("keep", "subtract"),
         "evidential_loss": ("fused", "per_view"),
-        "centring": ("batch", "none"),
+        "centring": CENTRINGS,
         "soft_label": ("mean_rival", "top_rival", "max_rival", "projected", "belief"),
     }
 
