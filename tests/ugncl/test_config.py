@@ -173,3 +173,16 @@ def test_eval_score_choices_come_from_the_evaluation_registry() -> None:
 def test_out_of_range_values_name_the_key(tree: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=f"config key '{key}' must be"):
         build_config(tree)
+
+
+@pytest.mark.parametrize("name", ["ugncl_flickr", "ugncl_coco", "ugncl_cc152k", "ugncl_synthetic"])
+def test_ugncl_configs_keep_the_papers_per_anchor_loss_balance(name: str) -> None:
+    # The trusted robust loss is summed over the batch's anchors and the evidential loss is
+    # averaged over its queries, so each anchor's TRL weighs xi2 against 1/K of L_e: the
+    # paper's xi2 = 0.8 at K = 128 is xi2 * K = 102.4. ugncl_synthetic (K = 32) with xi2 = 0.8
+    # gave a quarter of that, and xi1 = 0.1 then held every score down even on the true
+    # clean/noisy split (README "UGNCL equations", "The KL brake").
+    config, _ = load_config(name)
+    ugncl = config.method.ugncl
+    assert (ugncl.kl_weight, ugncl.tau) == (0.1, 0.1)
+    assert ugncl.trl_weight * config.train.batch_size == pytest.approx(0.8 * 128)

@@ -145,3 +145,35 @@ def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
         ]
         == k - 1
     )
+
+
+def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> None:
+    """``division_source: truth`` (a diagnostic ceiling) puts every true-clean pair in
+    hard-clean with label 1 and every noisy pair in hard-noisy with label 0, u_bar = 1, and
+    the division record scores it F1 1; the model is not run."""
+    import numpy as np
+
+    from ugncl.division import HARD_CLEAN, HARD_NOISY
+    from ugncl.engine.context import MethodContext
+    from ugncl.engine.device import select_precision
+
+    clean = np.array([True, False, True, True, False, False])
+    cpu = torch.device("cpu")
+
+    def no_batches(*args, **kwargs):
+        raise AssertionError("the truth division must not run the model")
+
+    ctx = MethodContext(
+        model=None, device=cpu, precision=select_precision("off", cpu), run_dir=tmp_path,
+        seed=0, warmup_epochs=1, batch_size=4, num_samples=len(clean), clean=clean,
+        recorder=None, batches=no_batches, global_step=0,
+    )  # fmt: skip
+    method = UGNCLMethod(division_source="truth")
+    assert method.on_epoch_start(ctx, epoch=0) is None  # warm-up: no division
+    record = method.on_epoch_start(ctx, epoch=1)
+    division = method.division
+    assert division.sets.tolist() == np.where(clean, HARD_CLEAN, HARD_NOISY).tolist()
+    assert division.soft_label.tolist() == clean.astype(float).tolist()
+    assert (division.u_bar == 1).all()
+    assert record["noisy_f1"] == 1.0
+    assert UGNCLMethod().division_source == "model"
