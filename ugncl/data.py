@@ -29,7 +29,8 @@ class PairBatch:
         lengths: (K,) int64 caption lengths (tokens incl. ``<start>``/``<end>``).
         index: (K,) int64 sample index (the caption's position in the split).
         image_index: (K,) int64 image each caption is paired with for training (noisy).
-        clean: (K,) bool ground-truth correspondence flag (reporting only, never for training).
+        clean: (K,) bool ground-truth correspondence flag (reporting only, never for training;
+            the one exception is the diagnostic ``method.ugncl.division_source=truth``).
     """
 
     images: Tensor

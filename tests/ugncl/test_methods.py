@@ -177,3 +177,15 @@ def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> Non
     assert (division.u_bar == 1).all()
     assert record["noisy_f1"] == 1.0
     assert UGNCLMethod().division_source == "model"
+
+
+def test_truth_division_refuses_a_run_without_noise_flags() -> None:
+    """CC152K (real, unlabelled noise) and noise_ratio 0 mark every pair clean: "truth" must
+    refuse instead of training on every pair as clean."""
+    import numpy as np
+
+    from ugncl.config import ConfigError
+    from ugncl.methods.ugncl import truth_division
+
+    with pytest.raises(ConfigError, match="division_source=model"):
+        truth_division(np.ones(5, bool))

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import Tensor, nn
 
+from ugncl.config import ConfigError
 from ugncl.data import PairBatch
 from ugncl.division import (
     HARD_CLEAN,
@@ -105,8 +106,19 @@ def truth_division(clean: np.ndarray) -> DivisionResult:
 
     Returns:
         A :class:`DivisionResult` over all ``N`` samples.
+
+    Raises:
+        ConfigError: if no pair is marked noisy (nothing to divide by).
     """
     clean = np.asarray(clean, dtype=bool)
+    if clean.all():
+        # CC152K's noise is real and unlabelled (every flag is True), as is a run at
+        # data.noise_ratio 0: "truth" would silently train on every pair as clean.
+        raise ConfigError(
+            "method.ugncl.division_source=truth needs ground-truth noise flags, but no training "
+            "pair of this run is marked noisy (data.noise_ratio 0, or a dataset with real, "
+            "unlabelled noise such as CC152K); use division_source=model"
+        )
     ones = np.ones(len(clean), dtype=np.float32)
     return DivisionResult(
         u=ones,
