@@ -120,22 +120,29 @@ def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl:
     assert (terms["loss_trl"].item() > 0) is hard_noisy_trl
 
 
+def method_context(tmp_path, *, model, clean, batches, batch_size, global_step=0):
+    """A MethodContext for one UGNCL epoch start on CPU (warm-up: 1 epoch)."""
+    from ugncl.engine.context import MethodContext
+    from ugncl.engine.device import select_precision
+
+    cpu = torch.device("cpu")
+    return MethodContext(
+        model=model, device=cpu, precision=select_precision("off", cpu), run_dir=tmp_path,
+        seed=0, warmup_epochs=1, batch_size=batch_size, num_samples=len(clean), clean=clean,
+        recorder=None, batches=batches, global_step=global_step,
+    )  # fmt: skip
+
+
 def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
     """top_rival's rival count is Eq. 16's hardness at the trainer's step count (restored on
     resume), not one re-derived from the epoch: step 1000, K = 6 -> max(6 - 25, theta) = 2."""
     import numpy as np
 
-    from ugncl.engine.context import MethodContext
-    from ugncl.engine.device import select_precision
-
     model, batch = tiny_batch(views=2)
     k = len(batch.index)
-    cpu = torch.device("cpu")
-    ctx = MethodContext(
-        model=model, device=cpu, precision=select_precision("off", cpu),
-        run_dir=tmp_path, seed=0, warmup_epochs=1, batch_size=k, num_samples=k,
-        clean=np.ones(k, bool), recorder=None, batches=lambda *a, **kw: [batch],
-        global_step=1000,
+    ctx = method_context(
+        tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
+        batch_size=k, global_step=1000,
     )  # fmt: skip
     record = UGNCLMethod(lambda_min=2).on_epoch_start(ctx, epoch=1)
     assert record["division_lambda"] == 2
@@ -154,20 +161,13 @@ def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> Non
     import numpy as np
 
     from ugncl.division import HARD_CLEAN, HARD_NOISY
-    from ugncl.engine.context import MethodContext
-    from ugncl.engine.device import select_precision
 
     clean = np.array([True, False, True, True, False, False])
-    cpu = torch.device("cpu")
 
     def no_batches(*args, **kwargs):
         raise AssertionError("the truth division must not run the model")
 
-    ctx = MethodContext(
-        model=None, device=cpu, precision=select_precision("off", cpu), run_dir=tmp_path,
-        seed=0, warmup_epochs=1, batch_size=4, num_samples=len(clean), clean=clean,
-        recorder=None, batches=no_batches, global_step=0,
-    )  # fmt: skip
+    ctx = method_context(tmp_path, model=None, clean=clean, batches=no_batches, batch_size=4)
     method = UGNCLMethod(division_source="truth")
     assert method.on_epoch_start(ctx, epoch=0) is None  # warm-up: no division
     record = method.on_epoch_start(ctx, epoch=1)

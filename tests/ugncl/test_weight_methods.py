@@ -334,8 +334,6 @@ def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
 
 
 def test_siamese_adamw_exempts_what_the_run_optimiser_exempts():
-    from ugncl.optim import build_optimizer
-
     model = TinyClip()
     sia = SiameseCopy(model, adamw_factory(1e-3, (0.9, 0.98), 1e-6, 0.2))
     run = build_optimizer("adamw", model.parameters(), modules=[model], lr=1e-3, weight_decay=0.2)

@@ -198,7 +198,14 @@ class UGNCLMethod(Method):
         )
         if self.division_source == "truth":
             self.division = truth_division(ctx.clean)
-            return {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
+        else:
+            self.division = self._divide_with_model(ctx, epoch, batch_size, lam)
+        return {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
+
+    def _divide_with_model(
+        self, ctx: MethodContext, epoch: int, batch_size: int, lam: int
+    ) -> DivisionResult:
+        """The uncertainty-guided division pass (Eqs. 4-11) over the whole training set."""
         model = ctx.model
         accumulator = DivisionAccumulator(ctx.num_samples)
         with eval_mode(model):
@@ -218,8 +225,7 @@ class UGNCLMethod(Method):
                     centring=self.centring,
                 )
                 accumulator.add(batch.index.cpu(), division)
-        self.division = accumulator.result()
-        return {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
+        return accumulator.result()
 
     # ------------------------------------------------------------------ step
     def training_step(
