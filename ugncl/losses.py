@@ -222,6 +222,7 @@ def evidential_loss(
     function: EvidenceFunction = "softplus",
     kl_weight: float = 0.1,
     evidential: EvidentialMode = "fused",
+    query_weight: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """``L_e = L_e^i2t + L_e^t2i`` averaged over the batch (paper Eqs. 12-15, METHOD 7).
 
@@ -244,6 +245,10 @@ def evidential_loss(
         tau, ceiling, floor, function: evidence settings.
         kl_weight: ``xi1``.
         evidential: ``"fused"`` or ``"per_view"``.
+        query_weight: ``(K,)`` weight of pair ``i``'s two queries (image row ``i``, caption
+            column ``i``); the terms are ``sum_i w_i l_i / K``. None: every weight 1 (the
+            plain mean). 0 leaves a pair's queries out (``noisy_edl: false``); its scores
+            still enter the other queries as rivals.
 
     Returns:
         ``{"loss": L_e, "i2t", "t2i", "ls", "kl"}``; ``ls + kl_weight * kl == loss``.
@@ -254,17 +259,25 @@ def evidential_loss(
         raise ValueError(f"evidential must be 'fused' or 'per_view', got {evidential!r}")
     e = evidence(raw, tau=tau, ceiling=ceiling, floor=floor, function=function)
     target = torch.diag_embed(labels.to(device=e.device, dtype=e.dtype))
+    if query_weight is not None:
+        _check_per_pair(query_weight, K, "query_weight")
+        query_weight = query_weight.to(device=e.device)
+
+    def batch_mean(per_query: Tensor) -> Tensor:  # (K,) -> () in e's dtype
+        if query_weight is None:
+            return per_query.mean().to(e.dtype)
+        return ((per_query * query_weight.to(per_query.dtype)).sum() / K).to(e.dtype)
+
     out: dict[str, Tensor] = {}
     ls_total = kl_total = e.new_zeros(())
     for name, alpha in (("i2t", e + 1.0), ("t2i", e.transpose(1, 2) + 1.0)):
         if evidential == "fused":
             fused, _, _ = ds_combine_many(alpha.to(_wide_dtype(alpha)))
-            ls, kl = edl_terms(fused, target)
-            ls, kl = ls.mean().to(e.dtype), kl.mean().to(e.dtype)
+            ls, kl = (batch_mean(t) for t in edl_terms(fused, target))
         else:
             terms = [edl_terms(alpha[w], target) for w in range(W)]
-            ls = torch.stack([t[0].mean() for t in terms]).mean()
-            kl = torch.stack([t[1].mean() for t in terms]).mean()
+            ls = torch.stack([batch_mean(t[0]) for t in terms]).mean()
+            kl = torch.stack([batch_mean(t[1]) for t in terms]).mean()
         out[name] = ls + kl_weight * kl
         ls_total = ls_total + ls
         kl_total = kl_total + kl
@@ -298,6 +311,7 @@ def ugncl_objective(
     trust_delta: float = 10.0,
     evidential: EvidentialMode = "fused",
     hard_noisy_trl: bool = True,
+    noisy_edl: bool = True,
     centring: ScoreCentring = "none",
 ) -> dict[str, Tensor]:
     """UGNCL batch objective ``L = L_e + xi2 * L_t`` (paper Eq. 18, METHOD 7-9).
@@ -317,6 +331,10 @@ def ugncl_objective(
         evidential: ``"fused"`` (Eq. 14) or ``"per_view"`` (released).
         hard_noisy_trl: hard-noisy pairs get the trusted-margin hinge (paper Eq. 16); False
             leaves them out of ``L_t`` like determined-noisy pairs.
+        noisy_edl: pairs divided noisy (NOISY, HARD_NOISY) enter ``L_e`` with their label as
+            target (paper Eq. 15: 0, or the soft label); False leaves their two queries out
+            of ``L_e`` (weight 0 in :func:`evidential_loss`), so a clean pair the division
+            got wrong is not pushed down.
         centring: ``"batch"`` centres each view's scores before both terms
             (:func:`ugncl.evidential.centre_scores`); ``"none"`` (paper).
 
@@ -329,15 +347,16 @@ def ugncl_objective(
     for t, name in ((sets, "sets"), (soft_label, "soft_label"), (u_bar, "u_bar")):
         _check_per_pair(t, K, name)
     raw = centre_scores(raw, centring)
+    sets = sets.to(raw.device)
+    weight = None if noisy_edl else ((sets != NOISY) & (sets != HARD_NOISY)).to(raw.dtype)
     edl = evidential_loss(
         raw, soft_label, tau=tau, ceiling=ceiling, floor=floor, function=function,
-        kl_weight=kl_weight, evidential=evidential,
+        kl_weight=kl_weight, evidential=evidential, query_weight=weight,
     )  # fmt: skip
     margins = trusted_margins(
-        sets.to(raw.device), soft_label.to(device=raw.device, dtype=raw.dtype),
+        sets, soft_label.to(device=raw.device, dtype=raw.dtype),
         u_bar.to(raw.device), gamma=gamma, m=margin_base, delta=trust_delta,
     )  # fmt: skip
-    sets = sets.to(raw.device)
     # Triplet scores are tanh(raw), as released (METHOD 8); one TRL per view, averaged.
     trl = _mean_over_views(
         raw,

@@ -204,6 +204,39 @@ def test_ugncl_objective_decomposes_into_documented_terms():
     assert one["fused"].item() == pytest.approx(one["per_view"].item(), rel=1e-6)
 
 
+@pytest.mark.parametrize("evidential", ["fused", "per_view"])
+def test_noisy_edl_switch_leaves_noisy_queries_out_of_the_evidential_loss(evidential):
+    """noisy_edl=False (default): a pair divided noisy gets no L_e gradient on its own score
+    (its diagonal sits only in its own row and column); with noisy_edl=True (paper Eq. 15) its
+    target (0 or the soft label) moves it. Weights scale the per-query terms, summed over K."""
+    torch.manual_seed(3)
+    W, K = 2, 6
+    raw = (torch.randn(W, K, K) * 0.5).requires_grad_(True)
+    sets = torch.tensor([CLEAN, NOISY, HARD_CLEAN, HARD_NOISY, CLEAN, HARD_CLEAN])
+    soft = torch.tensor([1.0, 0.0, 0.7, 0.2, 1.0, 0.9])
+    kw = dict(sets=sets, soft_label=soft, u_bar=torch.ones(K), lam=3, evidential=evidential)
+    noisy = (sets == NOISY) | (sets == HARD_NOISY)
+    diag = torch.arange(K)
+    for paper in (True, False):
+        out = ugncl_objective(raw, noisy_edl=paper, **kw)
+        (grad,) = torch.autograd.grad(out["loss_edl"], raw)
+        g = grad[:, diag, diag]  # (W, K): d L_e / d raw_ii
+        if paper:
+            assert (g[:, noisy] != 0).all()
+        else:
+            assert (g[:, noisy] == 0).all()
+        assert (g[:, ~noisy] < 0).all()  # clean targets raise their diagonals either way
+    kept = evidential_loss(raw, soft, evidential=evidential, query_weight=(~noisy).float())
+    weights = torch.where(noisy, 0.0, 1.0)
+    ones = evidential_loss(raw, soft, evidential=evidential, query_weight=torch.ones(K))
+    plain = evidential_loss(raw, soft, evidential=evidential)
+    assert ones["loss"].item() == pytest.approx(plain["loss"].item(), rel=1e-6)
+    half = evidential_loss(raw, soft, evidential=evidential, query_weight=0.5 * weights)
+    assert half["loss"].item() == pytest.approx(0.5 * kept["loss"].item(), rel=1e-6)
+    with pytest.raises(ValueError, match="query_weight"):
+        evidential_loss(raw, soft, query_weight=torch.ones(K + 1))
+
+
 def test_evidential_loss_terms_and_targets():
     """ls + xi1 * kl == loss; noisy targets (y = 0) push all evidence of the row down, so the
     loss with y = 0 exceeds the loss with y = 1 when the diagonal dominates."""

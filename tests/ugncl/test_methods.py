@@ -120,6 +120,30 @@ def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl:
     assert (terms["loss_trl"].item() > 0) is hard_noisy_trl
 
 
+def test_noisy_pairs_get_no_evidential_target_by_default() -> None:
+    """Default noisy_edl=False (README "UGNCL equations", Eq. 15 row): a batch divided
+    entirely hard-noisy has L_e = 0; the paper's target 0 (noisy_edl=True) gives it a loss."""
+    import numpy as np
+
+    from ugncl.division import HARD_NOISY, DivisionResult
+    from ugncl.methods.ugncl import UGNCLConfig
+
+    model, batch = tiny_batch(views=2)
+    model.eval()
+    k = len(batch.index)
+    assert UGNCLMethod().noisy_edl is False and UGNCLConfig().noisy_edl is False
+    losses = {}
+    for paper in (True, False):
+        method = UGNCLMethod(lambda_min=2, noisy_edl=paper)
+        method.division = DivisionResult(
+            u=np.ones(k, np.float32), u_bar=np.ones(k, np.float32),
+            soft_label=np.full(k, 0.2, np.float32), sets=np.full(k, HARD_NOISY, np.int8),
+        )  # fmt: skip
+        losses[paper] = method.training_step(model, batch, ctx(warmup=False, epoch=1))["loss_edl"]
+    assert losses[False].item() == 0.0
+    assert losses[True].item() > 0
+
+
 def method_context(tmp_path, *, model, clean, batches, batch_size, global_step=0):
     """A MethodContext for one UGNCL epoch start on CPU (warm-up: 1 epoch)."""
     from ugncl.engine.context import MethodContext

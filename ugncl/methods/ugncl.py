@@ -81,6 +81,11 @@ class UGNCLConfig:
     # false (decision, README "UGNCL equations") = no hinge for them, like determined-noisy
     # pairs: the soft hinge kept pulling memorised noisy pairs up.
     hard_noisy_trl: bool = False
+    # Pairs divided noisy in the evidential loss: true = paper Eq. 15 (target 0 / the soft
+    # label, which pushes the pair's evidence down); false (decision, README "UGNCL
+    # equations") = their queries are left out of L_e, so the clean pairs a learned division
+    # marks noisy (a third of hard-noisy early on) are not pushed down.
+    noisy_edl: bool = False
     # Each view's scores minus their batch mean before the evidence, the losses and the
     # division: none (paper, released; default) | batch (the KL term can no longer lower
     # every evidence at once through the shared offset; measured, not adopted: README
@@ -159,6 +164,7 @@ class UGNCLMethod(Method):
         division_batch_size: int | None = None,
         kl_anneal_epochs: int = 0,
         hard_noisy_trl: bool = False,
+        noisy_edl: bool = False,
         centring: str = "none",
         division_source: str = "model",
         eval_score: str = "evidence",
@@ -182,6 +188,7 @@ class UGNCLMethod(Method):
         self.division_batch_size = division_batch_size
         self.kl_anneal_epochs = kl_anneal_epochs
         self.hard_noisy_trl = hard_noisy_trl
+        self.noisy_edl = noisy_edl
         self.centring = centring
         self.division_source = division_source
         self.division: DivisionResult | None = None
@@ -265,6 +272,7 @@ class UGNCLMethod(Method):
             margin_base=self.margin_base,
             trust_delta=self.trust_delta,
             hard_noisy_trl=self.hard_noisy_trl,
+            noisy_edl=self.noisy_edl,
             **common,
         )
 
