@@ -206,9 +206,10 @@ def test_ugncl_objective_decomposes_into_documented_terms():
 
 @pytest.mark.parametrize("evidential", ["fused", "per_view"])
 def test_noisy_edl_switch_leaves_noisy_queries_out_of_the_evidential_loss(evidential):
-    """noisy_edl=False (default): a pair divided noisy gets no L_e gradient on its own score
-    (its diagonal sits only in its own row and column); with noisy_edl=True (paper Eq. 15) its
-    target (0 or the soft label) moves it. Weights scale the per-query terms, summed over K."""
+    """noisy_edl=False: a pair divided noisy gets no L_e gradient on its own score (its
+    diagonal sits only in its own row and column); with noisy_edl=True (paper Eq. 15, default)
+    its target (0 or the soft label) moves it. Weights scale the per-query terms, summed over
+    K."""
     torch.manual_seed(3)
     W, K = 2, 6
     raw = (torch.randn(W, K, K) * 0.5).requires_grad_(True)
