@@ -227,12 +227,12 @@ def test_noisy_edl_switch_leaves_noisy_queries_out_of_the_evidential_loss(eviden
         else:
             assert (g[:, noisy] == 0).all()
         assert (g[:, ~noisy] < 0).all()  # clean targets raise their diagonals either way
-    kept = evidential_loss(raw, soft, evidential=evidential, query_weight=(~noisy).float())
-    weights = torch.where(noisy, 0.0, 1.0)
+    kept_weight = (~noisy).float()
+    kept = evidential_loss(raw, soft, evidential=evidential, query_weight=kept_weight)
     ones = evidential_loss(raw, soft, evidential=evidential, query_weight=torch.ones(K))
     plain = evidential_loss(raw, soft, evidential=evidential)
     assert ones["loss"].item() == pytest.approx(plain["loss"].item(), rel=1e-6)
-    half = evidential_loss(raw, soft, evidential=evidential, query_weight=0.5 * weights)
+    half = evidential_loss(raw, soft, evidential=evidential, query_weight=0.5 * kept_weight)
     assert half["loss"].item() == pytest.approx(0.5 * kept["loss"].item(), rel=1e-6)
     with pytest.raises(ValueError, match="query_weight"):
         evidential_loss(raw, soft, query_weight=torch.ones(K + 1))
