@@ -97,12 +97,11 @@ class SGR(nn.Module):
         # One GEMM yields M n_j, W_g n_j, u.n_j and v.n_i: two S x S projections per node
         # instead of the released three. W_g is applied before aggregation, which is exact
         # because each edge row sums to one (the bias is added once afterwards).
-        proj = nodes @ packed
-        keys, values = proj[..., :sim], proj[..., sim : 2 * sim]
+        # split, not four slices: a slice's backward fills a zero tensor of the whole of
+        # proj, split's concatenates once (same values; ~10% of a CPU training step).
+        keys, values, u_key, v_query = (nodes @ packed).split([sim, sim, 1, 1], dim=-1)
         logits = torch.bmm(nodes, keys.transpose(1, 2))
-        logits = (
-            logits + proj[..., 2 * sim].unsqueeze(1) + (proj[..., 2 * sim + 1] + c).unsqueeze(2)
-        )
+        logits = logits + u_key.transpose(1, 2) + (v_query + c)
         edges = masked_softmax(logits, key_mask, dim=-1)
         return F.relu(torch.bmm(edges, values) + bias)
 

@@ -521,6 +521,26 @@ class DivisionAccumulator:
         self._soft[idx] = div.soft_label.detach().float().cpu().numpy()
         self._sets[idx] = div.sets.detach().cpu().numpy().astype(np.int8)
 
+    @classmethod
+    def from_result(cls, result: DivisionResult) -> DivisionAccumulator:
+        """An accumulator that already holds ``result`` (recording continues on top of it)."""
+        out = cls(len(result))
+        out.copy_from(result, np.arange(len(result)))
+        return out
+
+    def copy_from(self, result: DivisionResult, index: np.ndarray) -> None:
+        """Overwrite samples ``index`` with their entries in ``result`` (same length)."""
+        if len(result) != len(self._sets):
+            raise ValueError(
+                f"division of {len(result)} samples cannot update an accumulator of "
+                f"{len(self._sets)}"
+            )
+        idx = _check_index(index, len(self._sets))
+        self._u[idx] = result.u[idx]
+        self._u_bar[idx] = result.u_bar[idx]
+        self._soft[idx] = result.soft_label[idx]
+        self._sets[idx] = result.sets[idx]
+
     def result(self) -> DivisionResult:
         """Copies of the collected arrays."""
         return DivisionResult(

@@ -214,3 +214,62 @@ def test_truth_division_refuses_a_run_without_noise_flags() -> None:
 
     with pytest.raises(ConfigError, match="division_source=model"):
         truth_division(np.ones(5, bool))
+
+
+def _pairs(batch: PairBatch, index) -> PairBatch:
+    """The pairs ``index`` of ``batch`` (every field indexed the same way)."""
+    index = torch.as_tensor(index)
+    return PairBatch(**{f.name: getattr(batch, f.name)[index] for f in dataclasses.fields(batch)})
+
+
+def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> None:
+    """``division_pass: training``: the epoch-start division is the division of the scores the
+    training steps computed (each pair within its training batch), with no model pass; pairs
+    no step scored are divided by a pass over them plus rivals filling a batch of K."""
+    import numpy as np
+
+    from ugncl.division import UNVISITED, divide_batch
+    from ugncl.losses import lambda_schedule
+
+    model, batch = tiny_batch(views=2)
+    model.eval()  # no dropout: the step's scores equal the ones recomputed here
+    k = len(batch.index)
+    seen, unseen = [0, 1, 2, 3], [4, 5]
+    method = UGNCLMethod(lambda_min=2, division_pass="training")
+    method.prepare(model, k)
+    method.training_step(model, _pairs(batch, seen), ctx(warmup=True))
+    with torch.no_grad():
+        raw = model(batch.images, batch.captions, batch.lengths)
+    expected = divide_batch(
+        raw[:, :4, :4], tau=0.1, function="tanh", soft_label="top_rival",
+        lam=lambda_schedule(4, 0, theta=2),
+    )  # fmt: skip
+    passes = []
+
+    def batches(epoch, batch_size, stream=0, indices=None):
+        passes.append(sorted(np.asarray(indices).tolist()))
+        yield _pairs(batch, indices)
+
+    context = method_context(
+        tmp_path, model=model, clean=np.ones(k, bool), batches=batches, batch_size=4
+    )
+    method.on_epoch_start(context, epoch=1)
+    division = method.division
+    assert division.sets[seen].tolist() == expected.sets.tolist()
+    np.testing.assert_allclose(division.soft_label[seen], expected.soft_label.numpy(), rtol=1e-6)
+    # One pass over the two unscored pairs and two rivals (a batch of K = 4).
+    assert len(passes) == 1 and len(passes[0]) == 4 and set(unseen) <= set(passes[0])
+    assert (division.sets != UNVISITED).all()
+    # The recorded opinions travel in checkpoints (a resumed run divides the same way).
+    resumed = UGNCLMethod(lambda_min=2, division_pass="training")
+    resumed.prepare(model, k)
+    resumed.set_extra_state(method.get_extra_state())
+    assert resumed._recorded.result().sets.tolist() == division.sets.tolist()
+
+
+def test_training_pass_division_refuses_its_own_batch_size() -> None:
+    from ugncl.config import ConfigError
+
+    assert UGNCLMethod().division_pass == "separate"
+    with pytest.raises(ConfigError, match="division_batch_size"):
+        UGNCLMethod(division_pass="training", division_batch_size=64)

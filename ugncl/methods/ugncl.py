@@ -19,6 +19,7 @@ from ugncl.data import PairBatch
 from ugncl.division import (
     HARD_CLEAN,
     HARD_NOISY,
+    BatchDivision,
     DivisionAccumulator,
     DivisionResult,
     divide_batch,
@@ -45,6 +46,7 @@ class UGNCLConfig:
         "evidential_loss": ("fused", "per_view"),
         "centring": CENTRINGS,
         "division_source": ("model", "truth"),
+        "division_pass": ("separate", "training"),
         "soft_label": ("mean_rival", "top_rival", "max_rival", "projected", "belief"),
     }
 
@@ -97,6 +99,11 @@ class UGNCLConfig:
     # with soft label 1 if clean and 0 if noisy, u_bar = 1, the regime every learned division
     # of the synthetic runs is in; README "UGNCL equations", "The KL brake").
     division_source: str = "model"
+    # Which forward passes the learned division reads: separate (the paper, METHOD 6: a pass
+    # over the whole training set at the epoch start, model in eval mode) | training (each
+    # pair's opinion from the batch it was last trained in, recorded by the training step:
+    # no extra pass, ~22% of a CPU epoch; README "UGNCL equations", "The epoch budget").
+    division_pass: str = "separate"
 
 
 def truth_division(clean: np.ndarray) -> DivisionResult:
@@ -168,6 +175,7 @@ class UGNCLMethod(Method):
         noisy_edl: bool = True,
         centring: str = "none",
         division_source: str = "model",
+        division_pass: str = "separate",
         eval_score: str = "evidence",
     ) -> None:
         super().__init__(eval_score=eval_score, score_tau=tau, score_function=evidence)
@@ -192,8 +200,22 @@ class UGNCLMethod(Method):
         self.noisy_edl = noisy_edl
         self.centring = centring
         self.division_source = division_source
+        self.division_pass = division_pass
+        if division_pass == "training" and division_batch_size is not None:
+            raise ConfigError(
+                "method.ugncl.division_batch_size is set, but division_pass=training divides "
+                "each pair within its training batch (train.batch_size); set it to null or "
+                "use division_pass=separate"
+            )
         self.division: DivisionResult | None = None
+        # division_pass: training -- the opinions recorded by the training steps so far
+        # (latest per sample), read at each epoch start.
+        self._recorded: DivisionAccumulator | None = None
         self._last_lambda: int | None = None
+
+    def prepare(self, model: nn.Module, num_samples: int) -> None:
+        if self.division_pass == "training":
+            self._recorded = DivisionAccumulator(num_samples)
 
     # ------------------------------------------------------------------ epoch start
     def on_epoch_start(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
@@ -206,34 +228,72 @@ class UGNCLMethod(Method):
         )
         if self.division_source == "truth":
             self.division = truth_division(ctx.clean)
+        elif self.division_pass == "training":
+            self.division = self._division_from_training(ctx, epoch, batch_size, lam)
         else:
             self.division = self._divide_with_model(ctx, epoch, batch_size, lam)
         return {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
 
     def _divide_with_model(
-        self, ctx: MethodContext, epoch: int, batch_size: int, lam: int
+        self,
+        ctx: MethodContext,
+        epoch: int,
+        batch_size: int,
+        lam: int,
+        indices: np.ndarray | None = None,
     ) -> DivisionResult:
-        """The uncertainty-guided division pass (Eqs. 4-11) over the whole training set."""
+        """The uncertainty-guided division pass (Eqs. 4-11) over the whole training set (or
+        only ``indices``; the others stay unvisited)."""
         model = ctx.model
         accumulator = DivisionAccumulator(ctx.num_samples)
         with eval_mode(model):
-            for batch in ctx.batches(epoch, batch_size, stream=DIVISION_STREAM):
+            batches = ctx.batches(epoch, batch_size, stream=DIVISION_STREAM, indices=indices)
+            for batch in batches:
                 batch = batch.to(ctx.device)
                 with ctx.autocast():
                     raw = model(batch.images, batch.captions, batch.lengths)
-                division = divide_batch(
-                    raw.float(),
-                    tau=self.tau,
-                    floor=self.floor,
-                    function=self.evidence,
-                    p=self.p,
-                    epsilon=self.epsilon,
-                    soft_label=self.soft_label,
-                    lam=lam,
-                    centring=self.centring,
-                )
-                accumulator.add(batch.index.cpu(), division)
+                accumulator.add(batch.index.cpu(), self._divide(raw.float(), lam))
         return accumulator.result()
+
+    def _divide(self, raw: Tensor, lam: int) -> BatchDivision:
+        """``divide_batch`` with this method's settings: raw ``(W, K, K)`` -> BatchDivision."""
+        return divide_batch(
+            raw,
+            tau=self.tau,
+            floor=self.floor,
+            function=self.evidence,
+            p=self.p,
+            epsilon=self.epsilon,
+            soft_label=self.soft_label,
+            lam=lam,
+            centring=self.centring,
+        )
+
+    def _division_from_training(
+        self, ctx: MethodContext, epoch: int, batch_size: int, lam: int
+    ) -> DivisionResult:
+        """``division_pass: training``: the opinions the training steps recorded.
+
+        Each pair keeps the opinion of the last batch it was trained in (the previous epoch;
+        the one before for the few pairs the previous epoch's dropped tail left out). Pairs
+        no training step has scored yet (a short warm-up) are divided by a model pass over
+        them, each batch filled up with other pairs as rivals so that it holds K pairs.
+        """
+        if self._recorded is None:
+            raise RuntimeError("division_pass=training needs prepare() before training")
+        missing = np.flatnonzero(self._recorded.result().sets < 0)
+        if len(missing):
+            if ctx.num_samples < batch_size:
+                indices = np.arange(ctx.num_samples)
+            else:
+                # Rivals: other pairs in a seeded order, enough to fill the last batch.
+                rng = np.random.default_rng([ctx.seed, epoch, DIVISION_STREAM])
+                others = np.setdiff1d(np.arange(ctx.num_samples), missing)
+                fill = (-len(missing)) % batch_size
+                indices = np.concatenate([missing, rng.permutation(others)[:fill]])
+            filled = self._divide_with_model(ctx, epoch, batch_size, lam, indices=indices)
+            self._recorded.copy_from(filled, missing)
+        return self._recorded.result()
 
     # ------------------------------------------------------------------ step
     def training_step(
@@ -258,6 +318,7 @@ class UGNCLMethod(Method):
             centring=self.centring,
         )
         if ctx.warmup:
+            self._record(raw, batch, lam)
             return warmup_objective(raw, **common)
         if self.division is None:
             raise RuntimeError(
@@ -265,6 +326,7 @@ class UGNCLMethod(Method):
                 "on_epoch_start must run before the epoch"
             )
         sets, soft_label, u_bar = self.division.lookup(batch.index, device=raw.device)
+        self._record(raw, batch, lam)
         return ugncl_objective(
             raw,
             sets=sets,
@@ -276,6 +338,12 @@ class UGNCLMethod(Method):
             noisy_edl=self.noisy_edl,
             **common,
         )
+
+    def _record(self, raw: Tensor, batch: PairBatch, lam: int) -> None:
+        """``division_pass: training``: keep this batch's division for the next epoch start
+        (Eqs. 4-11 on the training forward's scores, detached; rivals = this batch)."""
+        if self._recorded is not None:
+            self._recorded.add(batch.index.cpu(), self._divide(raw.detach(), lam))
 
     def kl_weight_at(self, epoch: int) -> float:
         """xi1, optionally annealed as in Sensoy et al. (2018): ``xi1 * min(1, epoch / n)``.
@@ -292,9 +360,16 @@ class UGNCLMethod(Method):
         return {} if self._last_lambda is None else {"lambda": self._last_lambda}
 
     def get_extra_state(self) -> dict[str, Any]:
-        """The last division (per-sample arrays indexed by sample index) for checkpoints."""
-        return {"division": None if self.division is None else self.division.to_state()}
+        """The last division (per-sample arrays indexed by sample index) and, with
+        ``division_pass: training``, the opinions recorded since, for checkpoints."""
+        state = {"division": None if self.division is None else self.division.to_state()}
+        if self._recorded is not None:
+            state["recorded"] = self._recorded.result().to_state()
+        return state
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         division = state.get("division")
         self.division = None if division is None else DivisionResult.from_state(division)
+        recorded = state.get("recorded")
+        if self._recorded is not None and recorded is not None:
+            self._recorded = DivisionAccumulator.from_result(DivisionResult.from_state(recorded))
