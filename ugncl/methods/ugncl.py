@@ -2,7 +2,9 @@
 
 UGNCL_METHOD.md sections 6-9. The division pass runs over the whole training set with the
 model in eval mode, in a seeded shuffled order, in batches of K; each sample keeps its set,
-soft label and normalised uncertainty until the next epoch.
+soft label and normalised uncertainty until the next epoch. With ``division_pass: training``
+there is no such pass: the training steps record each pair's division within its training
+batch, and the next epoch start reads the records.
 """
 
 from __future__ import annotations
