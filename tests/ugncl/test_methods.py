@@ -179,6 +179,35 @@ def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
     )
 
 
+def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> None:
+    """``division_lambda_min``: the division stops hardening at n rivals (step 1000, K = 6:
+    the schedule says 2, the division uses 4) while the trusted robust loss goes on to the
+    schedule's 2."""
+    import numpy as np
+
+    from ugncl.division import divide_batch
+
+    model, batch = tiny_batch(views=2)
+    model.eval()
+    k = len(batch.index)
+    ctx_ = method_context(
+        tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
+        batch_size=k, global_step=1000,
+    )  # fmt: skip
+    method = UGNCLMethod(lambda_min=2, division_lambda_min=4, p=0.0)  # every pair hard
+    assert method.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 4
+    with torch.no_grad():
+        raw = model(batch.images, batch.captions, batch.lengths)
+    common = dict(tau=0.1, function="tanh", soft_label="top_rival", p=0.0)
+    floored, scheduled = (divide_batch(raw, lam=lam, **common) for lam in (4, 2))
+    assert not torch.equal(floored.soft_label, scheduled.soft_label)
+    np.testing.assert_allclose(method.division.soft_label, floored.soft_label.numpy(), rtol=1e-6)
+    step = dataclasses.replace(ctx(warmup=False, epoch=1), global_step=1000)
+    method.training_step(model, batch, step)
+    assert method._last_lambda == 2
+    assert UGNCLMethod(lambda_min=2).on_epoch_start(ctx_, epoch=1)["division_lambda"] == 2
+
+
 def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> None:
     """``division_source: truth`` (a diagnostic ceiling) puts every true-clean pair in
     hard-clean with label 1 and every noisy pair in hard-noisy with label 0, u_bar = 1, and
@@ -273,3 +302,5 @@ def test_training_pass_division_refuses_its_own_batch_size() -> None:
     assert UGNCLMethod().division_pass == "separate"
     with pytest.raises(ConfigError, match="division_batch_size"):
         UGNCLMethod(division_pass="training", division_batch_size=64)
+    with pytest.raises(ConfigError, match="division_lambda_min must be >= 1"):
+        UGNCLMethod(division_lambda_min=0)

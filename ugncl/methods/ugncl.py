@@ -106,6 +106,10 @@ class UGNCLConfig:
     # pair's opinion from the batch it was last trained in, recorded by the training step:
     # no extra pass, ~22% of a CPU epoch; README "UGNCL equations", "The epoch budget").
     division_pass: str = "separate"
+    # Floor of top_rival's rival count: null = lambda_min (the division hardens with Eq. 16's
+    # schedule, as the trusted robust loss); n keeps the division at >= n rivals while the
+    # loss goes on to lambda_min.
+    division_lambda_min: int | None = None
 
 
 def truth_division(clean: np.ndarray) -> DivisionResult:
@@ -178,6 +182,7 @@ class UGNCLMethod(Method):
         centring: str = "none",
         division_source: str = "model",
         division_pass: str = "separate",
+        division_lambda_min: int | None = None,
         eval_score: str = "evidence",
     ) -> None:
         super().__init__(eval_score=eval_score, score_tau=tau, score_function=evidence)
@@ -203,6 +208,12 @@ class UGNCLMethod(Method):
         self.centring = centring
         self.division_source = division_source
         self.division_pass = division_pass
+        self.division_lambda_min = division_lambda_min
+        if division_lambda_min is not None and division_lambda_min < 1:
+            raise ConfigError(
+                f"method.ugncl.division_lambda_min must be >= 1 (rivals) or null, got "
+                f"{division_lambda_min}"
+            )
         if division_pass == "training" and division_batch_size is not None:
             raise ConfigError(
                 "method.ugncl.division_batch_size is set, but division_pass=training divides "
@@ -225,8 +236,10 @@ class UGNCLMethod(Method):
             return None
         batch_size = self.division_batch_size or ctx.batch_size
         # Hardness of Eq. 16 at this epoch's first step: top_rival's rival count.
-        lam = lambda_schedule(
-            batch_size, ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
+        lam = self._division_lambda(
+            lambda_schedule(
+                batch_size, ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
+            )
         )
         if self.division_source == "truth":
             self.division = truth_division(ctx.clean)
@@ -267,9 +280,13 @@ class UGNCLMethod(Method):
             p=self.p,
             epsilon=self.epsilon,
             soft_label=self.soft_label,
-            lam=lam,
+            lam=self._division_lambda(lam),
             centring=self.centring,
         )
+
+    def _division_lambda(self, lam: int) -> int:
+        """top_rival's rival count for the loss's hardness ``lam`` (``division_lambda_min``)."""
+        return max(lam, self.division_lambda_min or 0)
 
     def _division_from_training(
         self, ctx: MethodContext, epoch: int, batch_size: int, lam: int
