@@ -108,7 +108,8 @@ class UGNCLConfig:
     division_pass: str = "separate"
     # Floor of top_rival's rival count: null = lambda_min (the division hardens with Eq. 16's
     # schedule, as the trusted robust loss); n keeps the division at >= n rivals while the
-    # loss goes on to lambda_min.
+    # loss goes on to lambda_min. Measured at 12, not adopted (README "UGNCL equations",
+    # "Two changes that move which runs lag").
     division_lambda_min: int | None = None
 
 
