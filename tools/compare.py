@@ -13,9 +13,15 @@ resumed), then print the table with one mean row per config and write it to
     python tools/compare.py --cfg clip_synthetic npc_synthetic sdd_synthetic osa_synthetic \\
         --seeds 0 1 --out runs/compare --set data.train_images=400 train.epochs=2
 
-Columns: run, method, backbone, dataset, noise ratio, seed, test rSum, i2t/t2i R@1, the epoch
-of the tested weights, the last epoch's noise-detection F1 and weight AUC (blank where the
-method records none), training wall time in seconds (from the records' timestamps).
+A demo grid (``tools/demo.py`` names its runs by config; repeated names get their parent
+folder, ``s0t1/ugncl_synthetic``)::
+
+    python tools/compare.py runs/grid/*/ugncl_synthetic
+
+Columns: run, method, backbone, dataset, noise ratio, seed, CPU threads, test rSum, i2t/t2i
+R@1, the epoch of the tested weights, the last epoch's noise-detection F1, UGNCL's hard sets
+(size and true-clean share) and weight AUC (blank where the method records none), training
+wall time in seconds (from the records' timestamps).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 
 from precomputed.errors import InvalidSettingError
 from ugncl.cli import cli_main
-from ugncl.compare import FORMATS, format_table, mean_row, read_run, train_or_resume
+from ugncl.compare import FORMATS, format_table, mean_row, read_run, run_labels, train_or_resume
 from ugncl.config import load_config
 from ugncl.engine.recorder import setup_logging
 
@@ -77,7 +83,10 @@ def run_grid(args: argparse.Namespace) -> list[dict]:
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rows = run_grid(args) if args.cfg else [read_run(path) for path in args.runs]
+    if args.cfg:
+        rows = run_grid(args)
+    else:
+        rows = [read_run(path, label) for path, label in zip(args.runs, run_labels(args.runs))]
     table = format_table(rows, args.format)
     if args.cfg:
         out = Path(args.out) / f"compare.{SUFFIX[args.format]}"

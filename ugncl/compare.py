@@ -10,7 +10,11 @@ Columns (:data:`COLUMNS`): run name, method, backbone, dataset, noise ratio, see
 and R@1 both ways (the first protocol section of the last test, e.g. COCO's 5-fold 1K), the
 epoch of the tested weights, the last epoch's noise detection (``noisy_f1`` of UGNCL's
 ``division`` or a method's ``noise_detection`` record, ``weight_auc`` of weight-based methods;
-blank where the method records none) and the training wall time from the records' timestamps.
+blank where the method records none), the sizes and true-clean shares of UGNCL's hard sets in
+that division (the determined sets are empty in every synthetic run, README "UGNCL
+equations"), and the training wall time from the records' timestamps. ``threads`` is the CPU
+thread count the run used (its ``setup`` record; a CPU run's numbers depend on it, README
+"Demo").
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "grid_run_name",
     "mean_row",
     "read_run",
+    "run_labels",
     "summarize_run",
     "test_record",
     "train_or_resume",
@@ -68,16 +73,31 @@ COLUMNS: tuple[Column, ...] = (
     Column("dataset", "dataset"),
     Column("noise_ratio", "noise", ".2f"),
     Column("seed", "seed"),
+    Column("threads", "threads"),
     Column("rsum", "test rSum", ".1f"),
     Column("i2t_r1", "i2t R@1", ".1f"),
     Column("t2i_r1", "t2i R@1", ".1f"),
     Column("best_epoch", "best epoch"),
     Column("noisy_f1", "noise F1", ".3f"),
+    Column("hard_clean", "hard-clean", ".0f"),
+    Column("hard_clean_share", "clean share", ".2f"),
+    Column("hard_noisy", "hard-noisy", ".0f"),
+    Column("hard_noisy_share", "clean share", ".2f"),
     Column("weight_auc", "weight AUC", ".3f"),
     Column("wall_s", "wall s", ".0f"),
 )
 # Averaged by mean_row; the others are labels (kept where every run agrees).
-_MEAN_KEYS = ("rsum", "i2t_r1", "t2i_r1", "noisy_f1", "weight_auc", "wall_s")
+_MEAN_KEYS = (
+    "rsum", "i2t_r1", "t2i_r1", "noisy_f1", "hard_clean", "hard_clean_share", "hard_noisy",
+    "hard_noisy_share", "weight_auc", "wall_s",
+)  # fmt: skip
+# Keys of UGNCL's division record behind the hard-set columns.
+_HARD_SET_KEYS = {
+    "hard_clean": "n_hard_clean",
+    "hard_clean_share": "clean_share_hard_clean",
+    "hard_noisy": "n_hard_noisy",
+    "hard_noisy_share": "clean_share_hard_noisy",
+}
 
 
 # ---------------------------------------------------------------------------- reading
@@ -95,20 +115,23 @@ def test_record(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def detection_summary(records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
-    """``noisy_f1`` and ``weight_auc`` of the last epoch's noise-detection record.
+    """``noisy_f1``, the hard sets and ``weight_auc`` of the last noise-detection record.
 
-    UGNCL records ``division`` (F1 of its noisy sets), NPC/SDD/OSA ``noise_detection``
-    (``weight_auc``; SDD also the F1 of its drop set; SDD's ``step_weight_auc`` is the previous
-    epoch's step weights, used only when a record has no ``weight_auc``). None where absent.
+    UGNCL records ``division`` (F1 of its noisy sets, and each set's size and true-clean
+    share: ``hard_clean``, ``hard_clean_share``, ``hard_noisy``, ``hard_noisy_share``),
+    NPC/SDD/OSA ``noise_detection`` (``weight_auc``; SDD also the F1 of its drop set; SDD's
+    ``step_weight_auc`` is the previous epoch's step weights, used only when a record has no
+    ``weight_auc``). None where absent.
     """
     found = [r for r in records if r.get("event") in DETECTION_EVENTS]
     if not found:
-        return {"noisy_f1": None, "weight_auc": None}
+        return {"noisy_f1": None, **dict.fromkeys(_HARD_SET_KEYS), "weight_auc": None}
     last = max(found, key=lambda r: (r.get("epoch") is not None, r.get("epoch") or 0))
     auc = last.get("weight_auc")
     if auc is None:
         auc = last.get("step_weight_auc")
-    return {"noisy_f1": last.get("noisy_f1"), "weight_auc": auc}
+    hard = {key: last.get(field) for key, field in _HARD_SET_KEYS.items()}
+    return {"noisy_f1": last.get("noisy_f1"), **hard, "weight_auc": auc}
 
 
 def wall_seconds(records: Sequence[dict[str, Any]]) -> float | None:
@@ -166,6 +189,8 @@ def summarize_run(
         raise unfinished_error(name)
     setup = next((r for r in records if r.get("event") == "setup"), {})
     seed = setup.get("seed", config.get("train", {}).get("seed"))
+    # CPU threads the run used (older runs without it in their setup record: the config's).
+    threads = setup.get("threads", config.get("train", {}).get("threads"))
     return {
         "run": name,
         "method": config.get("method", {}).get("name"),
@@ -173,6 +198,7 @@ def summarize_run(
         "dataset": config.get("data", {}).get("name"),
         "noise_ratio": _noise_ratio(config, setup),
         "seed": seed,
+        "threads": threads,
         "rsum": test.get("rsum"),
         "i2t_r1": test.get("i2t/R@1"),
         "t2i_r1": test.get("t2i/R@1"),
@@ -182,8 +208,18 @@ def summarize_run(
     }
 
 
-def read_run(run_dir: str | Path) -> dict[str, Any]:
-    """:func:`summarize_run` of the run directory ``run_dir``.
+def run_labels(run_dirs: Sequence[str | Path]) -> list[str]:
+    """Each run's ``run`` label: its folder name, or ``<parent>/<name>`` where several of
+    ``run_dirs`` share a name (``tools/demo.py`` names its runs by config, so a seed grid's
+    ``runs/grid/s0t1/ugncl_synthetic`` and ``runs/grid/s1t1/ugncl_synthetic`` stay apart)."""
+    paths = [Path(p) for p in run_dirs]
+    names = [p.name for p in paths]
+    return [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in paths]
+
+
+def read_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
+    """:func:`summarize_run` of the run directory ``run_dir`` (row label ``name``, default
+    the folder name).
 
     Raises:
         CompareError: not a run directory (no ``config.yaml`` or ``metrics.jsonl``), an
@@ -210,7 +246,7 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
         raise CompareError(f"{config_path} is not a config mapping")
     if test_record(records) is None:
         raise unfinished_error(run_dir)
-    return summarize_run(run_dir.name, config, records)
+    return summarize_run(name or run_dir.name, config, records)
 
 
 # ---------------------------------------------------------------------------- aggregating
@@ -222,7 +258,7 @@ def mean_row(rows: Sequence[dict[str, Any]], label: str) -> dict[str, Any]:
     """
     out: dict[str, Any] = {c.key: None for c in COLUMNS}
     out["run"] = label
-    for key in ("method", "backbone", "dataset", "noise_ratio"):
+    for key in ("method", "backbone", "dataset", "noise_ratio", "threads"):
         values = {r.get(key) for r in rows}
         out[key] = values.pop() if len(values) == 1 else None
     for key in _MEAN_KEYS:
@@ -260,7 +296,7 @@ def format_table(rows: Sequence[dict[str, Any]], fmt: str = "markdown") -> str:
     cells = [[_cell(r.get(c.key), c.fmt) for c in COLUMNS] for r in rows]
     header = [c.header for c in COLUMNS]
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(COLUMNS))]
-    numeric = [bool(c.fmt) or c.key in ("seed", "best_epoch") for c in COLUMNS]
+    numeric = [bool(c.fmt) or c.key in ("seed", "threads", "best_epoch") for c in COLUMNS]
 
     def line(values: list[str]) -> str:
         padded = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)]

@@ -320,6 +320,6 @@ def _write_setup(
     amp = "fp32" if dtype is None else str(dtype).replace("torch.", "")
     recorder.write(
         "setup", seed=seed, device=str(device), amp=amp, amp_requested=config.train.amp,
-        noise_sha256=sha, **described,
+        threads=torch.get_num_threads(), noise_sha256=sha, **described,
     )  # fmt: skip
     logger.info("training data: %s, noise sha256 %s", described, sha)

@@ -46,12 +46,19 @@ def _config(method: str, backbone: str, name: str, ratio: float, seed: int) -> d
 def runs(tmp_path: Path) -> dict[str, Path]:
     """An evidential run (UGNCL ``division`` records), a weight-based run (OSA
     ``noise_detection``), a plain CLIP run (no detection) and an unfinished one."""
-    setup = {"event": "setup", "seed": 3, "n_train_captions": 100, "n_noisy": 48, "time": 100.0}
+    setup = {
+        "event": "setup", "seed": 3, "threads": 2, "n_train_captions": 100, "n_noisy": 48,
+        "time": 100.0,
+    }  # fmt: skip
+    hard_sets = {
+        "n_hard_clean": 40, "clean_share_hard_clean": 0.9, "n_hard_noisy": 60,
+        "clean_share_hard_noisy": 0.2,
+    }  # fmt: skip
     ugncl = [
         setup,
         {"event": "division", "epoch": 1, "noisy_f1": 0.61, "n_clean": 10, "time": 110.0},
         {"event": "val", "epoch": 1, "rsum": 50.0, "time": 120.0},
-        {"event": "division", "epoch": 2, "noisy_f1": 0.72, "n_clean": 12, "time": 130.0},
+        {"event": "division", "epoch": 2, "noisy_f1": 0.72, **hard_sets, "time": 130.0},
         {"event": "val", "epoch": 2, "rsum": 55.0, "time": 150.0},
         *_test_records(step=40, epoch=2, rsum=123.4, r1=(10.0, 8.0)),
     ]
@@ -107,11 +114,19 @@ def test_csv_table_of_evidential_and_weight_based_runs(compare, runs, capsys) ->
         "0.72",
         "",
     )
-    assert (u["i2t_r1"], u["t2i_r1"], u["wall_s"]) == ("10.0", "8.0", "60.0")
+    assert (u["i2t_r1"], u["t2i_r1"], u["wall_s"], u["threads"]) == ("10.0", "8.0", "60.0", "2")
+    # the last division's hard sets: size and true-clean share
+    assert (u["hard_clean"], u["hard_clean_share"], u["hard_noisy"], u["hard_noisy_share"]) == (
+        "40",
+        "0.9",
+        "60",
+        "0.2",
+    )
     # last epoch's weight AUC, no selection F1; first test section; resume gap not counted
     assert (o["weight_auc"], o["noisy_f1"], o["rsum"], o["best_epoch"]) == ("0.9", "", "200.0", "0")
     assert float(o["wall_s"]) == pytest.approx(20.0 + 40.0)
     assert (c["noisy_f1"], c["weight_auc"], c["noise_ratio"]) == ("", "", "0.5")
+    assert o["hard_clean"] == o["hard_noisy_share"] == c["hard_clean"] == ""
 
 
 def test_markdown_and_json(compare, runs, capsys) -> None:
@@ -120,7 +135,8 @@ def test_markdown_and_json(compare, runs, capsys) -> None:
     assert lines[0].startswith("| run") and "test rSum" in lines[0] and "weight AUC" in lines[0]
     assert set(lines[1]) <= set("|-: ")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert cells[6] == "123.4" and cells[10] == "0.720" and cells[11] == "" and cells[12] == "60"
+    assert cells[6] == "2" and cells[7] == "123.4" and cells[11] == "0.720"
+    assert cells[12:16] == ["40", "0.90", "60", "0.20"] and cells[16] == "" and cells[17] == "60"
     assert compare([str(runs["osa"]), "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["run"] == "osa-run" and row["weight_auc"] == 0.9 and row["noisy_f1"] is None
@@ -211,3 +227,13 @@ def test_grid_trains_reuses_and_resumes(compare, tiny_world, tiny_model, tmp_pat
     # Other settings for an existing grid folder are refused, not silently reused.
     assert compare([*argv, "train.lr=0.5"]) == 2
     assert "already holds a run with other settings" in capsys.readouterr().err
+
+
+def test_repeated_run_names_keep_their_parent(compare, runs, tmp_path, capsys) -> None:
+    # tools/demo.py names runs by config: a seed grid repeats ugncl_synthetic in each folder
+    config = _config("ugncl", "sgraf", "synth", 0.5, 0)
+    records = _test_records(step=1, epoch=0, rsum=5.0, r1=(1.0, 1.0))
+    grid = [write_run(tmp_path / f"s{s}t1", "ugncl_synthetic", config, records) for s in (0, 1)]
+    assert compare([*map(str, grid), str(runs["clip"]), "--format", "csv"]) == 0
+    rows = _csv_rows(capsys.readouterr().out)
+    assert list(rows) == ["s0t1/ugncl_synthetic", "s1t1/ugncl_synthetic", "clip-run"]
