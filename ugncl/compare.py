@@ -80,9 +80,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("best_epoch", "best epoch"),
     Column("noisy_f1", "noise F1", ".3f"),
     Column("hard_clean", "hard-clean", ".0f"),
-    Column("hard_clean_share", "clean share", ".2f"),
+    Column("hard_clean_share", "clean share (hc)", ".2f"),
     Column("hard_noisy", "hard-noisy", ".0f"),
-    Column("hard_noisy_share", "clean share", ".2f"),
+    Column("hard_noisy_share", "clean share (hn)", ".2f"),
     Column("weight_auc", "weight AUC", ".3f"),
     Column("wall_s", "wall s", ".0f"),
 )
