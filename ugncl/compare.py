@@ -86,11 +86,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("weight_auc", "weight AUC", ".3f"),
     Column("wall_s", "wall s", ".0f"),
 )
-# Averaged by mean_row; the others are labels (kept where every run agrees).
-_MEAN_KEYS = (
-    "rsum", "i2t_r1", "t2i_r1", "noisy_f1", "hard_clean", "hard_clean_share", "hard_noisy",
-    "hard_noisy_share", "weight_auc", "wall_s",
-)  # fmt: skip
 # Keys of UGNCL's division record behind the hard-set columns.
 _HARD_SET_KEYS = {
     "hard_clean": "n_hard_clean",
@@ -98,6 +93,8 @@ _HARD_SET_KEYS = {
     "hard_noisy": "n_hard_noisy",
     "hard_noisy_share": "clean_share_hard_noisy",
 }
+# Averaged by mean_row; the others are labels (kept where every run agrees).
+_MEAN_KEYS = ("rsum", "i2t_r1", "t2i_r1", "noisy_f1", *_HARD_SET_KEYS, "weight_auc", "wall_s")
 
 
 # ---------------------------------------------------------------------------- reading
