@@ -32,6 +32,7 @@ from ugncl.build import (
     open_run_data,
 )
 from ugncl.config import Config, ConfigError, load_config
+from ugncl.engine.allocator import keep_freed_memory
 from ugncl.engine.checkpoint import clean_partial_files, load_checkpoint
 from ugncl.engine.device import select_device, select_precision
 from ugncl.engine.recorder import (
@@ -155,6 +156,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         check_new_run_dir(run_dir)
     if config.train.threads is not None:
         torch.set_num_threads(config.train.threads)
+    keep_freed_memory()  # no page faults on the largest tensors of each step (allocator.py)
     seed = seed_everything(config.train.seed)  # before the model draws its initial weights
 
     # Open and check everything before the run directory exists.
