@@ -5,11 +5,11 @@ heap back to the kernel once it exceeds the trim threshold; both thresholds adap
 time, the trim threshold to twice the largest chunk freed so far (tens of MB here). An SGRAF
 training step frees hundreds of MB of activations at once in its backward pass, so the next
 step maps and faults on the same memory again: 2,500-13,700 minor page faults in a step whose
-longest caption has 21-28 tokens (the attention products grow with it), none in steps of
-16-19 tokens (1-thread `ugncl_synthetic`, a throwaway counter around
+longest caption has 21-28 tokens (the attention products grow with it), at most a few
+hundred in steps of 14-20 tokens (1-thread `ugncl_synthetic`, a throwaway counter around
 ``Trainer._train_step``). Fixed thresholds keep those pages mapped. The values computed do
 not change, only where their memory comes from: a whole `ugncl_synthetic` run (1 thread,
-beside a second run as in `make demo`) took 6 min 10 s instead of 6 min 52 s with the same
+beside a second one on the other core) took 6 min 10 s instead of 6 min 52 s with the same
 test rSum (README "Demo").
 """
 
