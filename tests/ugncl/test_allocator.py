@@ -15,11 +15,10 @@ from ugncl.engine.allocator import keep_freed_memory
 # first pin glibc's thresholds at their start values (128 KiB), which hand the memory back
 # every round; glibc's adaptive thresholds do so too, but not reliably in a short script.
 CHURN = """
-import ctypes, resource, sys, torch
-mallopt = ctypes.CDLL("libc.so.6").mallopt
-assert mallopt(-3, 128 << 10) == 1 and mallopt(-1, 128 << 10) == 1
+import resource, sys, torch
+from ugncl.engine.allocator import keep_freed_memory
+assert keep_freed_memory(mmap_threshold=128 << 10, trim_threshold=128 << 10, top_pad=0)
 if sys.argv[1] == "keep":
-    from ugncl.engine.allocator import keep_freed_memory
     assert keep_freed_memory()
 def churn():
     xs = [torch.ones(1 << 20) for _ in range(40)]
