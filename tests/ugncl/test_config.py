@@ -23,6 +23,7 @@ SHIPPED = [
     "triplet_flickr",
     "ugncl_synthetic",
     "triplet_synthetic",
+    "clean_synthetic",
 ]
 
 
@@ -42,6 +43,21 @@ def test_paper_settings_per_dataset() -> None:
     assert (cc.data.captions_per_image, cc.data.noise_ratio) == (1, 0.0)
     assert (flickr.model.sgraf.num_views, flickr.method.name, flickr.train.lr) == (2, "ugncl", 2e-4)
     assert (triplet.model.sgraf.num_views, triplet.method.name) == (1, "triplet")
+    # SGRAF's released word-embedding dropout, set for 300-dimensional embeddings
+    assert {c.model.sgraf.word_dropout for c in (coco, cc, flickr, triplet)} == {0.4}
+
+
+def test_demo_rows_train_one_model_on_one_split() -> None:
+    # make demo reads UGNCL against a clean reference and a triplet baseline (and OSA on SGRAF
+    # against the same baseline): the rows must be the same SGRAF (UGNCL's W image views aside)
+    # on the same images, batch and lr, so a change to one row's network cannot slip in alone.
+    names = ("clean_synthetic", "triplet_synthetic", "ugncl_synthetic", "osa_sgraf_synthetic")
+    rows = [load_config(n)[0] for n in names]
+    models = {dataclasses.astuple(dataclasses.replace(c.model.sgraf, num_views=1)) for c in rows}
+    assert len(models) == 1
+    data = {(c.data.root, c.data.train_images, c.data.dev_images) for c in rows}
+    assert len(data) == 1
+    assert {(c.train.batch_size, c.train.lr, c.train.seed) for c in rows} == {(32, 1e-3, 0)}
 
 
 def test_bare_name_and_extension_resolve() -> None:
