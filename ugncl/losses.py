@@ -28,6 +28,7 @@ from ugncl.evidential import (
 )
 
 __all__ = [
+    "edl_targets",
     "evidential_loss",
     "lambda_schedule",
     "soft_margin",
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 EvidentialMode = Literal["fused", "per_view"]
+HardTarget = Literal["soft", "set"]
+HARD_TARGETS: tuple[str, ...] = ("soft", "set")
 
 
 def _check_square(scores: Tensor, name: str = "scores") -> int:
@@ -289,6 +292,33 @@ def evidential_loss(
 # ------------------------------------------------------------------------ objectives (Eq. 18)
 
 
+def edl_targets(sets: Tensor, soft_label: Tensor, hard_target: HardTarget = "soft") -> Tensor:
+    """Per-pair target of the evidential loss (Eq. 15; ``hard_target: set`` is our decision).
+
+    ``"soft"`` (paper): the division's label, 1 / 0 for determined pairs and ``y`` for hard
+    ones. ``"set"``: 1 for CLEAN and HARD_CLEAN, 0 for NOISY and HARD_NOISY. Why: with every
+    pair hard (``u ~ 1``, README "UGNCL equations") a target ``y`` leaves ``1 - y`` of the KL
+    term on the pair's own diagonal evidence (``alpha_tilde = y + (1 - y) alpha``) and still
+    rewards the diagonal in the least-squares term for any ``y > p_ii ~ 1/K``, so a hard-noisy
+    pair at ``y = 0.45`` is trained almost like a hard-clean one at 0.55: the division barely
+    reaches ``L_e``.
+
+    Args:
+        sets: set codes ``(K,)``.
+        soft_label: the division's labels ``(K,)``.
+        hard_target: ``"soft"`` or ``"set"``.
+
+    Returns:
+        ``(K,)`` targets, dtype and device of ``soft_label``.
+    """
+    if hard_target not in HARD_TARGETS:
+        raise ValueError(f"hard_target must be one of {HARD_TARGETS}, got {hard_target!r}")
+    if hard_target == "soft":
+        return soft_label
+    sets = sets.to(soft_label.device)
+    return ((sets == CLEAN) | (sets == HARD_CLEAN)).to(soft_label.dtype)
+
+
 def _mean_over_views(raw: Tensor, fn) -> Tensor:
     return torch.stack([fn(raw[w]) for w in range(raw.shape[0])]).mean()
 
@@ -312,6 +342,7 @@ def ugncl_objective(
     evidential: EvidentialMode = "fused",
     hard_noisy_trl: bool = True,
     noisy_edl: bool = True,
+    hard_target: HardTarget = "soft",
     centring: ScoreCentring = "none",
 ) -> dict[str, Tensor]:
     """UGNCL batch objective ``L = L_e + xi2 * L_t`` (paper Eq. 18, METHOD 7-9).
@@ -335,6 +366,9 @@ def ugncl_objective(
             target (paper Eq. 15: 0, or the soft label); False leaves their two queries out
             of ``L_e`` (weight 0 in :func:`evidential_loss`), so a clean pair the division
             got wrong is not pushed down.
+        hard_target: target of hard pairs in ``L_e``: ``"soft"`` (paper Eq. 15: the soft label
+            ``y``) or ``"set"`` (their set's: 1 for HARD_CLEAN, 0 for HARD_NOISY). The margins
+            of ``L_t`` keep ``y`` either way (Eq. 17).
         centring: ``"batch"`` centres each view's scores before both terms
             (:func:`ugncl.evidential.centre_scores`); ``"none"`` (paper).
 
@@ -350,8 +384,8 @@ def ugncl_objective(
     sets = sets.to(raw.device)
     weight = None if noisy_edl else ((sets != NOISY) & (sets != HARD_NOISY)).to(raw.dtype)
     edl = evidential_loss(
-        raw, soft_label, tau=tau, ceiling=ceiling, floor=floor, function=function,
-        kl_weight=kl_weight, evidential=evidential, query_weight=weight,
+        raw, edl_targets(sets, soft_label, hard_target), tau=tau, ceiling=ceiling, floor=floor,
+        function=function, kl_weight=kl_weight, evidential=evidential, query_weight=weight,
     )  # fmt: skip
     margins = trusted_margins(
         sets, soft_label.to(device=raw.device, dtype=raw.dtype),

@@ -10,6 +10,7 @@ import torch
 from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY, divide_batch
 from ugncl.evidential import edl_loss, evidence, trusted_margin_factor
 from ugncl.losses import (
+    edl_targets,
     evidential_loss,
     lambda_schedule,
     soft_margin,
@@ -202,6 +203,45 @@ def test_ugncl_objective_decomposes_into_documented_terms():
         k: ugncl_objective(raw[:1], evidential=k, **kw)["loss_edl"] for k in ("fused", "per_view")
     }
     assert one["fused"].item() == pytest.approx(one["per_view"].item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("evidential", ["fused", "per_view"])
+def test_set_targets_push_hard_noisy_pairs_down_where_soft_labels_pull_them_up(evidential):
+    """In the regime of every learned division (all pairs hard, u ~ 1: tanh evidence,
+    xi1 = 0.1, scores near 0), the paper's soft target y = 0.45 still raises a hard-noisy
+    pair's diagonal, more than half as hard as y = 0.55 raises a hard-clean one;
+    ``hard_target: set`` stops pulling the hard-noisy diagonal up (target 0 only lowers a
+    diagonal that stands above its row) and raises the hard-clean one harder. The margins
+    keep y."""
+    torch.manual_seed(5)
+    W, K = 2, 8
+    raw = (torch.randn(W, K, K) * 0.1).requires_grad_(True)
+    sets = torch.tensor([HARD_CLEAN, HARD_NOISY] * (K // 2))
+    soft = torch.tensor([0.55, 0.45] * (K // 2))
+    kw = dict(
+        sets=sets, soft_label=soft, u_bar=torch.ones(K), lam=3, evidential=evidential,
+        function="tanh", kl_weight=0.1,
+    )  # fmt: skip
+    diag = torch.arange(K)
+    grads, margins = {}, {}
+    for target in ("soft", "set"):
+        out = ugncl_objective(raw, hard_target=target, **kw)
+        (grad,) = torch.autograd.grad(out["loss_edl"], raw)
+        grads[target] = grad[:, diag, diag]  # (W, K): d L_e / d raw_ii
+        margins[target] = out["margin_mean"].item()
+    hc, hn = sets == HARD_CLEAN, sets == HARD_NOISY
+    assert (grads["soft"][:, hn] < 0).all()  # the paper's target pulls a hard-noisy pair up
+    assert grads["soft"][:, hn].mean() < 0.5 * grads["soft"][:, hc].mean()
+    assert (grads["set"][:, hn] > grads["soft"][:, hn]).all()
+    assert grads["set"][:, hn].mean().abs() < 0.25 * grads["soft"][:, hn].mean().abs()
+    assert (grads["set"][:, hc] < grads["soft"][:, hc]).all()  # and hard-clean up harder
+    assert margins["soft"] == margins["set"]
+    assert edl_targets(sets, soft, "set").tolist() == [1.0, 0.0] * (K // 2)
+    assert torch.equal(edl_targets(sets, soft, "soft"), soft)
+    determined = torch.tensor([CLEAN, NOISY])
+    assert edl_targets(determined, torch.tensor([1.0, 0.0]), "set").tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="hard_target"):
+        edl_targets(sets, soft, "binary")
 
 
 @pytest.mark.parametrize("evidential", ["fused", "per_view"])

@@ -145,6 +145,32 @@ def test_noisy_pairs_keep_the_papers_evidential_target_by_default() -> None:
     assert losses[True].item() > 0
 
 
+def test_hard_target_switch_reaches_the_evidential_loss() -> None:
+    """``hard_target``: the paper's soft label by default; ``set`` trains hard-noisy pairs
+    (soft label 0.4 here) with target 0, so L_e changes while the margins of L_t (from y) do
+    not (measured, not adopted: README "UGNCL equations")."""
+    import numpy as np
+
+    from ugncl.division import HARD_CLEAN, HARD_NOISY, DivisionResult
+    from ugncl.methods.ugncl import UGNCLConfig
+
+    model, batch = tiny_batch(views=2)
+    model.eval()
+    k = len(batch.index)
+    assert UGNCLMethod().hard_target == "soft" and UGNCLConfig().hard_target == "soft"
+    sets = np.where(np.arange(k) % 2 == 0, HARD_CLEAN, HARD_NOISY).astype(np.int8)
+    terms = {}
+    for target in ("soft", "set"):
+        method = UGNCLMethod(lambda_min=2, hard_target=target)
+        method.division = DivisionResult(
+            u=np.ones(k, np.float32), u_bar=np.ones(k, np.float32),
+            soft_label=np.where(sets == HARD_CLEAN, 0.6, 0.4).astype(np.float32), sets=sets,
+        )  # fmt: skip
+        terms[target] = method.training_step(model, batch, ctx(warmup=False, epoch=1))
+    assert terms["soft"]["loss_edl"].item() != pytest.approx(terms["set"]["loss_edl"].item())
+    assert terms["soft"]["loss_trl"].item() == pytest.approx(terms["set"]["loss_trl"].item())
+
+
 def method_context(tmp_path, *, model, clean, batches, batch_size, global_step=0):
     """A MethodContext for one UGNCL epoch start on CPU (warm-up: 1 epoch)."""
     from ugncl.engine.context import MethodContext

@@ -30,7 +30,7 @@ from ugncl.division import (
 from ugncl.engine.context import MethodContext, StepContext
 from ugncl.evaluation import eval_mode
 from ugncl.evidential import CENTRINGS
-from ugncl.losses import lambda_schedule, ugncl_objective, warmup_objective
+from ugncl.losses import HARD_TARGETS, lambda_schedule, ugncl_objective, warmup_objective
 from ugncl.methods.base import Method
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class UGNCLConfig:
         "division_source": ("model", "truth"),
         "division_pass": ("separate", "training"),
         "soft_label": ("mean_rival", "top_rival", "max_rival", "projected", "belief"),
+        "hard_target": HARD_TARGETS,
     }
 
     tau: float = 0.1
@@ -91,6 +92,11 @@ class UGNCLConfig:
     # it lifted the default world's stalled runs and lowered both world variants (README
     # "UGNCL equations").
     noisy_edl: bool = True
+    # Target of hard pairs in the evidential loss: soft (paper Eq. 15: the soft label y) |
+    # set (1 for hard-clean, 0 for hard-noisy; the margins keep y). With every pair hard, a
+    # soft target trains a hard-noisy pair at y = 0.45 almost like a hard-clean one at 0.55
+    # (README "UGNCL equations", "The evidential target of hard pairs").
+    hard_target: str = "soft"
     # Each view's scores minus their batch mean before the evidence, the losses and the
     # division: none (paper, released; default) | batch (the KL term can no longer lower
     # every evidence at once through the shared offset; measured, not adopted: README
@@ -180,6 +186,7 @@ class UGNCLMethod(Method):
         kl_anneal_epochs: int = 0,
         hard_noisy_trl: bool = False,
         noisy_edl: bool = True,
+        hard_target: str = "soft",
         centring: str = "none",
         division_source: str = "model",
         division_pass: str = "separate",
@@ -206,6 +213,7 @@ class UGNCLMethod(Method):
         self.kl_anneal_epochs = kl_anneal_epochs
         self.hard_noisy_trl = hard_noisy_trl
         self.noisy_edl = noisy_edl
+        self.hard_target = hard_target
         self.centring = centring
         self.division_source = division_source
         self.division_pass = division_pass
@@ -356,6 +364,7 @@ class UGNCLMethod(Method):
             trust_delta=self.trust_delta,
             hard_noisy_trl=self.hard_noisy_trl,
             noisy_edl=self.noisy_edl,
+            hard_target=self.hard_target,
             **common,
         )
 
