@@ -316,8 +316,12 @@ def edl_targets(sets: Tensor, soft_label: Tensor, hard_target: HardTarget = "sof
         raise ValueError(f"hard_target must be one of {HARD_TARGETS}, got {hard_target!r}")
     if hard_target == "soft":
         return soft_label
-    sets = sets.to(soft_label.device)
-    return ((sets == CLEAN) | (sets == HARD_CLEAN)).to(soft_label.dtype)
+    return _divided_clean(sets.to(soft_label.device)).to(soft_label.dtype)
+
+
+def _divided_clean(sets: Tensor) -> Tensor:
+    # (K,) bool: pairs the division keeps as clean (CLEAN, HARD_CLEAN), the rest noisy.
+    return (sets == CLEAN) | (sets == HARD_CLEAN)
 
 
 def _mean_over_views(raw: Tensor, fn) -> Tensor:
@@ -383,7 +387,7 @@ def ugncl_objective(
         _check_per_pair(t, K, name)
     raw = centre_scores(raw, centring)
     sets = sets.to(raw.device)
-    weight = None if noisy_edl else ((sets != NOISY) & (sets != HARD_NOISY)).to(raw.dtype)
+    weight = None if noisy_edl else _divided_clean(sets).to(raw.dtype)
     edl = evidential_loss(
         raw, edl_targets(sets, soft_label, hard_target), tau=tau, ceiling=ceiling, floor=floor,
         function=function, kl_weight=kl_weight, evidential=evidential, query_weight=weight,
