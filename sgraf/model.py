@@ -48,6 +48,9 @@ class SGRAF(nn.Module):
         backbone: ``"sgraf"``, the backbone registry key.
         config: the constructor arguments as plain types (stored in checkpoints).
         num_views: W.
+        block_captions: at most this many captions per scored block of ``score`` and
+            ``forward`` (``None``: the memory budget decides; see
+            :func:`sgraf.scoring.score_pairs`).
     """
 
     backbone = "sgraf"
@@ -70,8 +73,11 @@ class SGRAF(nn.Module):
         word_dropout: float = 0.4,
         sa_dropout: float = 0.4,
         attn_smooth: float = 9.0,
+        block_captions: int | None = None,
     ) -> None:
         super().__init__()
+        if block_captions is not None and block_captions < 1:
+            raise ValueError(f"block_captions must be >= 1 or None, got {block_captions}")
         self.config: dict[str, Any] = {
             "vocab_size": int(vocab_size),
             "word_dim": int(word_dim),
@@ -86,9 +92,11 @@ class SGRAF(nn.Module):
             "word_dropout": float(word_dropout),
             "sa_dropout": float(sa_dropout),
             "attn_smooth": float(attn_smooth),
+            "block_captions": None if block_captions is None else int(block_captions),
         }
         self.num_views = int(num_views)
         self.num_regions = int(num_regions)
+        self.block_captions = block_captions
         self.img_enc = ImageEncoder(img_dim, embed_dim, num_views)
         self.txt_enc = TextEncoder(
             vocab_size, word_dim, embed_dim, bi_gru=bi_gru, word_dropout=word_dropout
@@ -145,8 +153,9 @@ class SGRAF(nn.Module):
         if img_emb.shape[1] == 0 or cap_emb.shape[0] == 0:
             return img_emb.new_zeros(self.num_views, img_emb.shape[1], cap_emb.shape[0])
         return score_pairs(
-            self.sim_enc, img_emb, cap_emb, lengths, memory_budget_bytes=memory_budget_bytes
-        )
+            self.sim_enc, img_emb, cap_emb, lengths, memory_budget_bytes=memory_budget_bytes,
+            block_captions=self.block_captions,
+        )  # fmt: skip
 
     def score_all_pairs(
         self,

@@ -111,6 +111,7 @@ def score_pairs(
     lengths: Tensor,
     *,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+    block_captions: int | None = None,
 ) -> Tensor:
     """Raw scores of all (image, caption) pairs through ``head``, differentiable, in blocks.
 
@@ -119,6 +120,12 @@ def score_pairs(
         img_emb: (W, n_img, R, E) image region embeddings (checked by the caller).
         cap_emb: (n_cap, L, E) word features.
         lengths: (n_cap,) real words per caption (>= 1).
+        memory_budget_bytes: bound on the estimated working set of one block.
+        block_captions: at most this many captions per block (``None``: the budget alone
+            decides). Captions are visited sorted by length and each block is trimmed to its
+            longest, so smaller blocks score fewer padded words: a CPU-sized training batch of
+            32 (mean 9 words, longest ~17) in blocks of 8 took a training step ~22% less time
+            (``SGRAF.block_captions``). The scores are the same up to float rounding.
 
     Returns:
         (W, n_img, n_cap) raw scores, columns in the caption order of ``cap_emb``.
@@ -128,8 +135,9 @@ def score_pairs(
     cap_glo = head.t_global_w(cap_emb, mask)
     stats: list = []
     blocks = iter_blocks(
-        head, img_emb, img_glo, cap_emb, cap_glo, lengths, memory_budget_bytes, stats
-    )
+        head, img_emb, img_glo, cap_emb, cap_glo, lengths, memory_budget_bytes, stats,
+        block_captions=block_captions,
+    )  # fmt: skip
     rows: dict[int, list[Tensor]] = {}
     col_order: list[Tensor] = []
     for img_start, cap_idx, block in blocks:
@@ -153,6 +161,8 @@ def iter_blocks(
     lengths: Tensor,
     budget: int,
     saf_stats: list,
+    *,
+    block_captions: int | None = None,
 ) -> Iterator[tuple[int, Tensor, Tensor]]:
     """Yield ``(image_start, caption_indices, raw (W, rows, cols) block)`` over the grid.
 
@@ -165,6 +175,7 @@ def iter_blocks(
         img_emb: (W, n_img, R, E) on the head's device; img_glo: (W, n_img, E) likewise.
         cap_emb: (n_cap, L, E) anywhere; cap_glo: (n_cap, E) anywhere.
         lengths: (n_cap,) lengths >= 1.
+        block_captions: cap on the captions of one block (``None``: the budget's plan).
     """
     n_views, n_img, n_reg, dim = img_emb.shape
     device = img_emb.device
@@ -172,6 +183,8 @@ def iter_blocks(
     train_saf = head.head == "saf" and head.training
     rows, cols = plan_grid(head, img_emb.shape, img_emb.element_size(), lengths_cpu, budget,
                            split_images=not train_saf)  # fmt: skip
+    if block_captions is not None:
+        cols = min(cols, block_captions)
     folds = head.sgr.fold() if head.head == "sgr" else None
     for idx_cpu, words, mask, cglo in caption_chunks(cap_emb, cap_glo, lengths_cpu, cols, device):
         for img_start in range(0, n_img, rows):

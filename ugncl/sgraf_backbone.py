@@ -31,6 +31,7 @@ class SGRAFConfig:
     RANGES: ClassVar[dict[str, str]] = {
         "word_dim": ">=1", "img_dim": ">=1", "embed_dim": ">=1", "sim_dim": ">=1",
         "num_regions": ">=1", "num_views": ">=1", "sgr_steps": ">=0", "word_dropout": "[0,1)",
+        "block_captions": ">=1",
     }  # fmt: skip
 
     head: str = "sgr"
@@ -43,6 +44,11 @@ class SGRAFConfig:
     sgr_steps: int = 3
     bi_gru: bool = True
     word_dropout: float = 0.4
+    # Captions per scored block (null: the memory budget decides). The scorer sorts captions
+    # by length and trims each block to its longest, so CPU-sized batches run faster in small
+    # blocks (8 at K = 32: a training step ~22% less time); the scores are the same up to float
+    # rounding. Leave null on a GPU, where one large block is faster.
+    block_captions: int | None = None
 
 
 def open_sgraf_data(config: Any) -> PrecomputedRunData:
@@ -72,6 +78,7 @@ def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
         sgr_steps=config.sgr_steps,
         bi_gru=config.bi_gru,
         word_dropout=config.word_dropout,
+        block_captions=config.block_captions,
     )
 
 

@@ -75,6 +75,53 @@ def test_padding_invariance(head):
     torch.testing.assert_close(padded, base, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("head", ["sgr", "saf"])
+@pytest.mark.parametrize("block", [1, 2, 4])
+def test_caption_blocks_give_the_budgets_scores_and_gradients(head, block):
+    """``block_captions`` only cuts the scoring into smaller length-sorted blocks: scores,
+    gradients of every parameter and SAF's BatchNorm statistics are those of one block
+    (training mode, dropout off so that both models draw nothing)."""
+    kw = dict(sa_dropout=0.0, word_dropout=0.0)
+    whole = make_model(head, 2, **kw).train()
+    cut = make_model(head, 2, block_captions=block, **kw).train()
+    assert cut.config["block_captions"] == block
+    images, captions, lengths = make_batch()
+    outs = []
+    for model in (whole, cut):
+        scores = model(images, captions, lengths)
+        (scores.sigmoid().sum() + scores.tanh().square().sum()).backward()
+        outs.append(scores)
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=1e-12)
+    for (name, p), q in zip(whole.named_parameters(), cut.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=1e-12, msg=name)
+    for (name, b), c in zip(whole.named_buffers(), cut.buffers(), strict=True):
+        torch.testing.assert_close(c, b, rtol=0, atol=1e-12, msg=name)
+
+
+def test_caption_blocks_trim_each_block_to_its_longest_caption(monkeypatch):
+    """With blocks of 2 the head never sees the longest caption's padding in the block of the
+    two shortest captions: the word axis of each block is its own longest length."""
+    model = make_model("sgr", 1, block_captions=2).eval()
+    images, captions, lengths = make_batch()
+    widths = []
+    original = model.sim_enc.score_block
+
+    def spy(regions, img_glo, words, *args, **kwargs):
+        widths.append(words.shape[1])
+        return original(regions, img_glo, words, *args, **kwargs)
+
+    monkeypatch.setattr(model.sim_enc, "score_block", spy)
+    with torch.no_grad():
+        model(images, captions, lengths)
+    expected = [int(lengths.sort().values[i : i + 2].max()) for i in range(0, 6, 2)]
+    assert widths == expected and widths[0] < int(lengths.max())
+
+
+def test_block_captions_must_be_positive():
+    with pytest.raises(ValueError, match="block_captions must be >= 1"):
+        make_model("sgr", 1, block_captions=0)
+
+
 def _backward(model) -> None:
     images, captions, lengths = make_batch()
     scores = model(images, captions, lengths)
