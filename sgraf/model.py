@@ -96,7 +96,7 @@ class SGRAF(nn.Module):
         }
         self.num_views = int(num_views)
         self.num_regions = int(num_regions)
-        self.block_captions = block_captions
+        self.block_captions = self.config["block_captions"]
         self.img_enc = ImageEncoder(img_dim, embed_dim, num_views)
         self.txt_enc = TextEncoder(
             vocab_size, word_dim, embed_dim, bi_gru=bi_gru, word_dropout=word_dropout

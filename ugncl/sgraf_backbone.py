@@ -46,8 +46,9 @@ class SGRAFConfig:
     word_dropout: float = 0.4
     # Captions per scored block (null: the memory budget decides). The scorer sorts captions
     # by length and trims each block to its longest, so CPU-sized batches run faster in small
-    # blocks (8 at K = 32: a training step ~22% less time); the scores are the same up to float
-    # rounding. Leave null on a GPU, where one large block is faster.
+    # blocks (8 at K = 32: a UGNCL training step 25-30% less CPU time); the scores are the same
+    # up to float rounding. The paper configs keep null: on a GPU one large block should be
+    # faster (not measured; no GPU was lent when this was added).
     block_captions: int | None = None
 
 
