@@ -277,11 +277,14 @@ class UGNCLMethod(Method):
                 batch = batch.to(ctx.device)
                 with ctx.autocast():
                     raw = model(batch.images, batch.captions, batch.lengths)
-                accumulator.add(batch.index.cpu(), self._divide(raw.float(), lam))
+                accumulator.add(batch.index.cpu(), self.divide(raw.float(), lam))
         return accumulator.result()
 
-    def _divide(self, raw: Tensor, lam: int) -> BatchDivision:
-        """``divide_batch`` with this method's settings: raw ``(W, K, K)`` -> BatchDivision."""
+    def divide(self, raw: Tensor, lam: int) -> BatchDivision:
+        """``divide_batch`` with this method's settings: raw ``(W, K, K)`` -> BatchDivision.
+
+        ``lam``: the hardness of Eq. 16 at the division (``top_rival``'s rival count, floored
+        by ``division_lambda_min``); ``tools/audit_division.py`` divides with it too."""
         return divide_batch(
             raw,
             tau=self.tau,
@@ -373,7 +376,7 @@ class UGNCLMethod(Method):
         """``division_pass: training``: keep this batch's division for the next epoch start
         (Eqs. 4-11 on the training forward's scores, detached; rivals = this batch)."""
         if self._recorded is not None:
-            self._recorded.add(batch.index.cpu(), self._divide(raw.detach(), lam))
+            self._recorded.add(batch.index.cpu(), self.divide(raw.detach(), lam))
 
     def kl_weight_at(self, epoch: int) -> float:
         """xi1, optionally annealed as in Sensoy et al. (2018): ``xi1 * min(1, epoch / n)``.

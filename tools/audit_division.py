@@ -1,0 +1,158 @@
+"""Audit a UGNCL run's division for memorisation: ``python tools/audit_division.py RUN_DIR``.
+
+Divides the run's training pairs with its checkpoint (eval mode, the run's division rule and
+batch size, Eq. 16's lambda at the checkpoint's step) twice, in the same batches: as trained
+(the run's ``noise_index.npy``), and with every noisy caption re-paired with an image it was
+never trained with (``ugncl.division_audit``). Prints the noise-detection F1 of both and the
+share of noisy pairs kept as clean: what rises from the fresh row to the trained one is what
+the model memorised. Works on any UGNCL run of the precomputed track (synthetic world,
+Flickr30K, MS-COCO, CC152K).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from precomputed.dataset import PrecomputedSplit
+from precomputed.errors import UserError
+from precomputed.noise import load_noise_index
+from ugncl.build import build_method, model_from_checkpoint, open_run_data
+from ugncl.cli import cli_main
+from ugncl.config import ConfigError
+from ugncl.division_audit import audit_division, divide_split
+from ugncl.engine.checkpoint import load_checkpoint
+from ugncl.engine.device import select_device
+from ugncl.losses import lambda_schedule
+from ugncl.training import load_resume_config
+
+__all__ = ["main"]
+
+
+class AuditInputError(UserError, FileNotFoundError):
+    """The run directory lacks what the audit reads."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("run", metavar="RUN_DIR", help="a UGNCL run directory (runs/NAME)")
+    parser.add_argument(
+        "--checkpoint", default=None,
+        help="checkpoint to audit (default: RUN_DIR/checkpoints/last.pt)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batch-size", type=int, default=None,
+        help="rivals per division batch (default: the run's train.batch_size)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="batch order and fresh pairing")
+    parser.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser.parse_args(argv)
+
+
+def _run_files(run: Path, checkpoint: str | None) -> tuple[Path, Path]:
+    if not (run / "config.yaml").is_file():
+        raise AuditInputError(
+            f"{run} is not a run directory (no config.yaml); pass the folder tools/train.py "
+            "wrote, e.g. runs/demo/ugncl_synthetic"
+        )
+    ckpt = Path(checkpoint) if checkpoint else run / "checkpoints" / "last.pt"
+    if not ckpt.is_file():
+        raise AuditInputError(
+            f"checkpoint {ckpt} does not exist; train the run first or pass --checkpoint"
+        )
+    noise = run / "noise_index.npy"
+    if not noise.is_file():
+        raise AuditInputError(
+            f"{noise} does not exist, so the pairs the run trained on are unknown; audit a "
+            "run directory written by tools/train.py"
+        )
+    return ckpt, noise
+
+
+def _training_split(data: Any, noise: Path) -> PrecomputedSplit:
+    train = getattr(data, "train", None)
+    if not isinstance(train, PrecomputedSplit):
+        raise ConfigError(
+            "the division audit reads precomputed region features (model.backbone: sgraf); "
+            "this run's data is another track"
+        )
+    index = load_noise_index(
+        noise, num_images=train.num_images, captions_per_image=train.captions_per_image
+    )
+    return train.with_noise(index)
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.batch_size is not None and args.batch_size < 2:
+        raise ConfigError(f"--batch-size must be >= 2 (a pair and a rival), got {args.batch_size}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    run = Path(args.run)
+    ckpt, noise = _run_files(run, args.checkpoint)
+    config = load_resume_config(run)
+    if config.method.name != "ugncl":
+        raise ConfigError(
+            f"{run} trained method {config.method.name!r}; the division audit needs a UGNCL "
+            "run (method.name: ugncl)"
+        )
+    data = open_run_data(config)
+    split = _training_split(data, noise)
+    state = load_checkpoint(ckpt, map_location="cpu")
+    data.check_checkpoint(state, str(ckpt))
+    device = select_device(args.device)
+    model = model_from_checkpoint(state).to(device)
+    method = build_method(config)
+    K = args.batch_size or config.train.batch_size
+    ugncl = config.method.ugncl
+    lam = lambda_schedule(
+        K, int(state.get("global_step", 0)), delta=ugncl.lambda_delta, theta=ugncl.lambda_min
+    )
+    divide_pairs = functools.partial(
+        divide_split, model, lambda raw: method.divide(raw, lam).sets, batch_size=K,
+        seed=args.seed, device=device,
+    )  # fmt: skip
+    result = audit_division(split, divide_pairs, seed=args.seed)
+    header = {"run": str(run), "checkpoint": str(ckpt), "batch_size": K, "lambda": lam,
+              "pairs": split.num_captions, "noisy": int((~split.clean).sum())}  # fmt: skip
+    if args.json:
+        print(json.dumps({**header, **result}))
+    else:
+        print(_table(header, result))
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "    -" if value is None else f"{value:5.3f}"
+
+
+def _table(header: dict[str, Any], result: dict[str, Any]) -> str:
+    lines = [
+        f"division audit of {header['run']} ({Path(header['checkpoint']).name}, K "
+        f"{header['batch_size']}, lambda {header['lambda']}; {header['pairs']} pairs, "
+        f"{header['noisy']} noisy)",
+        "                  noisy F1  precision  recall  noisy kept as clean",
+    ]
+    for name, label in (("trained", "trained pairs"), ("fresh", "fresh noise")):
+        r = result[name]
+        lines.append(
+            f"  {label:<15} {_fmt(r['noisy_f1'])}     {_fmt(r['noisy_precision'])}    "
+            f"{_fmt(r['noisy_recall'])}   {_fmt(r['noisy_kept'])}"
+        )
+    lines.append(f"  memorised: {_fmt(result['memorised']).strip()} of the noisy pairs kept as "
+                 "clean as trained, not when fresh")  # fmt: skip
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
