@@ -62,7 +62,7 @@ def _run_files(run: Path, checkpoint: str | None) -> tuple[Path, Path]:
     if not (run / "config.yaml").is_file():
         raise AuditInputError(
             f"{run} is not a run directory (no config.yaml); pass the folder tools/train.py "
-            "wrote, e.g. runs/demo/ugncl_synthetic"
+            "wrote, e.g. runs/demo-s1t1/ugncl_synthetic"
         )
     ckpt = Path(checkpoint) if checkpoint else run / "checkpoints" / "last.pt"
     if not ckpt.is_file():
