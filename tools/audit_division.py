@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_size is not None and args.batch_size < 2:
         raise ConfigError(f"--batch-size must be >= 2 (a pair and a rival), got {args.batch_size}")
     if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     run = Path(args.run)
     ckpt, noise = _run_files(run, args.checkpoint)

@@ -47,6 +47,8 @@ def test_audit_refuses_what_it_cannot_audit(tool, ugncl_run, tmp_path, capsys) -
     assert "is not a run directory" in capsys.readouterr().err
     assert audit([str(ugncl_run), "--batch-size", "1"]) == 2
     assert capsys.readouterr().err.startswith("error: --batch-size must be >= 2")
+    assert audit([str(ugncl_run), "--threads", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: --threads must be >= 1")
     copy = tmp_path / "copy"
     shutil.copytree(ugncl_run, copy)
     (copy / "noise_index.npy").unlink()
