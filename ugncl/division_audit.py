@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from precomputed.dataset import PrecomputedSplit
-from ugncl.division import CLEAN, HARD_CLEAN, division_quality
+from ugncl.division import division_quality
 from ugncl.engine.sampling import batch_indices, epoch_order
 from ugncl.evaluation import eval_mode
 from ugncl.precomputed_data import PrecomputedTrainingData
@@ -107,11 +107,14 @@ def divide_split(
 
 
 def kept_as_clean(sets: np.ndarray, clean: np.ndarray) -> float | None:
-    """Share of the noisy pairs that ``sets`` puts in the clean or hard-clean set."""
-    noisy = ~np.asarray(clean, dtype=bool)
-    if not noisy.any():
-        return None
-    return float(np.isin(np.asarray(sets)[noisy], (CLEAN, HARD_CLEAN)).mean())
+    """Share of the noisy pairs that ``sets`` puts in the clean or hard-clean set (``1 -``
+    the noisy recall of :func:`ugncl.division.division_quality`; None without noisy pairs)."""
+    return _noisy_kept(division_quality(sets, clean), clean)
+
+
+def _noisy_kept(quality: dict[str, Any], clean: np.ndarray) -> float | None:
+    # Every noisy pair not detected as noisy (NOISY, HARD_NOISY) is kept as clean.
+    return None if np.asarray(clean, dtype=bool).all() else 1.0 - quality["noisy_recall"]
 
 
 def audit_division(
@@ -138,7 +141,8 @@ def audit_division(
     for name, pairs in (("trained", split), ("fresh", split.with_noise(fresh_index))):
         sets = divide_pairs(pairs)
         clean = np.asarray(pairs.clean)
-        out[name] = {**division_quality(sets, clean), "noisy_kept": kept_as_clean(sets, clean)}
+        quality = division_quality(sets, clean)
+        out[name] = {**quality, "noisy_kept": _noisy_kept(quality, clean)}
     kept = out["trained"]["noisy_kept"], out["fresh"]["noisy_kept"]
     out["memorised"] = None if kept[0] is None else kept[0] - kept[1]
     return out
