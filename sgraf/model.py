@@ -111,6 +111,12 @@ class SGRAF(nn.Module):
             attn_smooth=attn_smooth,
         )
 
+    def image_projection_weights(self) -> list[nn.Parameter]:
+        """The weights that read an image's raw region features (one ``D x E`` matrix per
+        view): the only map that sees each image's own feature statistics, so the route by
+        which a noisy pair is memorised (``train.image_decay_per_rms``)."""
+        return [fc.weight for fc in self.img_enc.fc]
+
     def encode_images(self, images: Tensor) -> Tensor:
         """(B, R, D) region features -> (W, B, R, E) l2-normalised region embeddings."""
         if images.dim() != 3:

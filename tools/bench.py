@@ -565,7 +565,7 @@ def bench_method_steps(args: argparse.Namespace) -> dict:
         batch_size = config.train.batch_size
         method = build_method(config, model, train_data.num_samples)
         optimizer, schedule = build_optimizer_and_schedule(
-            config, model, method, train_data.num_samples // batch_size
+            config, model, method, train_data.num_samples // batch_size, data=data
         )
         with tempfile.TemporaryDirectory() as out:
             trainer = Trainer(

@@ -149,10 +149,38 @@ def build_method(
     return method
 
 
+def image_decay_override(
+    model: torch.nn.Module, data: RunData | None, per_rms: float | None
+) -> list[tuple[list[torch.nn.Parameter], float]]:
+    """``train.image_decay_per_rms`` as an optimiser override: the model's image projection
+    weights at ``per_rms x`` the RMS of the training features (none when it is null).
+
+    Why per RMS: decoupled weight decay pulls every weight towards 0 at the same rate, while
+    the weights a projection needs scale as 1 / feature scale, so one decay value is weak on
+    large features and strong on small ones (README "The image projection's weight decay")."""
+    if per_rms is None:
+        return []
+    weights = getattr(model, "image_projection_weights", None)
+    rms = getattr(data, "image_feature_rms", None)
+    if weights is None or rms is None:
+        raise ConfigError(
+            f"train.image_decay_per_rms is set, but the {type(model).__name__} backbone has no "
+            "image projection reading precomputed features to decay separately (only the "
+            "precomputed SGRAF backbone has); set train.image_decay_per_rms to null"
+        )
+    return [(weights(), float(per_rms) * rms())]
+
+
 def build_optimizer_and_schedule(
-    config: Config, model: torch.nn.Module, method: Method, steps_per_epoch: int
+    config: Config,
+    model: torch.nn.Module,
+    method: Method,
+    steps_per_epoch: int,
+    *,
+    data: RunData | None = None,
 ) -> tuple[torch.optim.Optimizer, Schedule]:
-    """``train.optimizer`` over ``method.trainable_parameters(model)`` and ``train.schedule``."""
+    """``train.optimizer`` over ``method.trainable_parameters(model)`` and ``train.schedule``;
+    ``data`` (the run's data) scales ``train.image_decay_per_rms``."""
     train = config.train
     optimizer = build_optimizer(
         train.optimizer,
@@ -160,6 +188,7 @@ def build_optimizer_and_schedule(
         modules=[model, method],
         lr=train.lr,
         weight_decay=train.weight_decay,
+        overrides=image_decay_override(model, data, train.image_decay_per_rms),
         betas=(train.adam_beta1, train.adam_beta2),
         eps=train.adam_eps,
     )

@@ -124,6 +124,11 @@ class TrainConfig:
     lr: float = 2e-4
     optimizer: str = "adam"  # adam | adamw
     weight_decay: float = 0.0  # > 0: biases, norms, embeddings, logit_scale are exempt
+    # Weight decay of the image projection alone (SGRAF's per-view fc weights, the map that
+    # reads each image's raw features), per unit of the training features' RMS: the decay
+    # applied is this x RMS, so it means the same for features of any scale. null:
+    # train.weight_decay (README "The image projection's weight decay").
+    image_decay_per_rms: float | None = None
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
@@ -261,6 +266,7 @@ RANGES: dict[str, str] = {
     "train.batch_size": ">=2",
     "train.lr": ">0",
     "train.weight_decay": ">=0",
+    "train.image_decay_per_rms": ">=0",
     "train.adam_beta1": "[0,1)",
     "train.adam_beta2": "[0,1)",
     "train.adam_eps": ">0",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,17 @@ class PrecomputedRunData:
     @property
     def image_index(self) -> np.ndarray:
         return self.train.image_index
+
+    def image_feature_rms(self, max_images: int = 256) -> float:
+        """Root mean square of the training region features over the first ``max_images``
+        images (float64 sums): the scale ``train.image_decay_per_rms`` is counted in."""
+        n = min(len(self.train.features), max_images)
+        total = 0.0
+        for start in range(0, n, 32):
+            block = np.asarray(self.train.features.slice(start, min(n, start + 32)))
+            total += float(np.square(block, dtype=np.float64).sum())
+        shape = self.train.features.slice(0, 1).shape
+        return math.sqrt(total / (n * shape[1] * shape[2]))
 
     def training_data(self) -> PrecomputedTrainingData:
         """The training split behind the :class:`ugncl.data.TrainingData` interface."""

@@ -55,22 +55,36 @@ def no_decay_ids(modules: Sequence[nn.Module]) -> set[int]:
 
 
 def parameter_groups(
-    params: Iterable[nn.Parameter], modules: Sequence[nn.Module], weight_decay: float
+    params: Iterable[nn.Parameter],
+    modules: Sequence[nn.Module],
+    weight_decay: float,
+    overrides: Sequence[tuple[Iterable[nn.Parameter], float]] = (),
 ) -> list[dict[str, Any]]:
     """``params`` (trainable ones only) as one group, or a decayed and a no-decay group.
 
-    With ``weight_decay == 0`` there is one group in the given order, so plain Adam sees its
-    parameters exactly as ``Adam(model.parameters())`` would.
+    With ``weight_decay == 0`` and no ``overrides`` there is one group in the given order, so
+    plain Adam sees its parameters exactly as ``Adam(model.parameters())`` would.
+    ``overrides``: ``(parameters, weight decay)`` pairs; each listed trainable parameter gets
+    its own group at that decay, exempt or not (e.g. ``train.image_decay_per_rms``).
     """
     params = [p for p in params if p.requires_grad]
+    trainable = {id(p) for p in params}
+    special: list[dict[str, Any]] = []
+    claimed: set[int] = set()
+    for group_params, decay in overrides:
+        chosen = [p for p in group_params if id(p) in trainable and id(p) not in claimed]
+        claimed.update(id(p) for p in chosen)
+        if chosen:
+            special.append({"params": chosen, "weight_decay": float(decay)})
+    params = [p for p in params if id(p) not in claimed]
     if weight_decay == 0:
-        return [{"params": params, "weight_decay": 0.0}]
+        return [{"params": params, "weight_decay": 0.0}, *special] if params else special
     exempt = no_decay_ids(modules)
     groups = [{"params": [p for p in params if id(p) not in exempt], "weight_decay": weight_decay}]
     kept = [p for p in params if id(p) in exempt]
     if kept:
         groups.append({"params": kept, "weight_decay": 0.0})
-    return groups
+    return groups + special
 
 
 def build_optimizer(
@@ -80,16 +94,18 @@ def build_optimizer(
     modules: Sequence[nn.Module] = (),
     lr: float,
     weight_decay: float = 0.0,
+    overrides: Sequence[tuple[Iterable[nn.Parameter], float]] = (),
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
     fused: bool = False,
 ) -> torch.optim.Optimizer:
-    """``adam`` or ``adamw`` over ``params``; ``modules`` (model, method) name the no-decay ones.
+    """``adam`` or ``adamw`` over ``params``; ``modules`` (model, method) name the no-decay ones,
+    ``overrides`` give some parameters their own weight decay (:func:`parameter_groups`).
 
     ``fused``: torch's fused kernel (one pass per tensor; CPU and CUDA), the same update to
     float rounding; used where the optimiser step is pure overhead (the siamese copy).
     """
-    groups = parameter_groups(params, modules, weight_decay)
+    groups = parameter_groups(params, modules, weight_decay, overrides)
     if not any(g["params"] for g in groups):
         raise ValueError("no trainable parameters: the method's trainable_parameters() is empty")
     cls = OPTIMIZERS.get(name)

@@ -219,7 +219,14 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             _write_setup(recorder, run_dir, data, test_split, seed, device, precision, config)
         method = build_method(config, model, training_data.num_samples)
         steps_per_epoch = training_data.num_samples // config.train.batch_size
-        optimizer, schedule = build_optimizer_and_schedule(config, model, method, steps_per_epoch)
+        optimizer, schedule = build_optimizer_and_schedule(
+            config, model, method, steps_per_epoch, data=data
+        )
+        logger.info(
+            "optimizer %s: weight decay per group %s", config.train.optimizer,
+            ", ".join(f"{g['weight_decay']:.4g} ({len(g['params'])} tensors)"
+                      for g in optimizer.param_groups),
+        )  # fmt: skip
         evaluator = Evaluator(
             val=data.dev,
             test=test_split,

@@ -34,6 +34,24 @@ def test_no_decay_groups_exempt_biases_norms_embeddings_and_logit_scale() -> Non
     assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.0]
 
 
+def test_overrides_give_listed_weights_their_own_decay_and_leave_the_rest() -> None:
+    model = Tiny()
+    other = nn.Linear(4, 4)
+    other.requires_grad_(False)  # frozen parameters never enter a group
+    params = [*model.parameters(), *other.parameters()]
+    overrides = [([model.proj.weight, other.weight], 1.5)]
+    opt = build_optimizer(
+        "adamw", params, modules=[model], lr=1e-3, weight_decay=0.2, overrides=overrides
+    )
+    groups = [(g["weight_decay"], [id(p) for p in g["params"]]) for g in opt.param_groups]
+    assert groups[-1] == (1.5, [id(model.proj.weight)])
+    assert all(id(model.proj.weight) not in ids for _, ids in groups[:-1])
+    assert sum(len(ids) for _, ids in groups) == 7
+    # Without a global decay the listed weights still decay; the rest stay one group.
+    opt = build_optimizer("adamw", model.parameters(), lr=1e-3, overrides=overrides)
+    assert [(g["weight_decay"], len(g["params"])) for g in opt.param_groups] == [(0.0, 6), (1.5, 1)]
+
+
 def test_plain_adam_keeps_one_group_in_parameter_order() -> None:
     model = Tiny()
     opt = build_optimizer("adam", model.parameters(), lr=1e-3)

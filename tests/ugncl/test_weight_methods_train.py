@@ -24,7 +24,8 @@ def _overrides(tiny_world: Path, out: Path, method: str, *extra: str) -> list[st
         "train.eval_batch_size=12", "train.seed=0", "train.warmup_epochs=0", "train.epochs=2",
         "model.backbone=meanpool", "model.meanpool.embed_dim=8", f"method.name={method}",
         "train.optimizer=adamw", "train.schedule=cosine", "train.warmup_steps=2",
-        "train.lr=1e-3", "train.log_every=1", "eval.eval_score=raw", *extra,
+        "train.lr=1e-3", "train.log_every=1", "eval.eval_score=raw",
+        "train.image_decay_per_rms=null", *extra,
     ]  # fmt: skip
 
 
