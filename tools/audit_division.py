@@ -7,11 +7,17 @@ never trained with (``ugncl.division_audit``). Prints the noise-detection F1 of 
 share of noisy pairs kept as clean: what rises from the fresh row to the trained one is what
 the model memorised. Works on any UGNCL run of the precomputed track (synthetic world,
 Flickr30K, MS-COCO, CC152K).
+
+``--data-root DIR`` divides the same pairs on the features of another data root with the same
+training captions, e.g. the run's synthetic world with every image's nuisance vector drawn
+anew (``tools/make_synthetic.py --redraw-nuisance SRC --out DIR``): the noisy pairs kept
+there no more are those learnt through their image's identity.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -51,6 +57,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--batch-size", type=int, default=None,
         help="rivals per division batch (default: the run's train.batch_size)",
     )  # fmt: skip
+    parser.add_argument(
+        "--data-root", default=None, metavar="DIR",
+        help="read the features from this data root instead of the run's data.root (same "
+        "dataset name and training captions)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="batch order and fresh pairing")
     parser.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -76,6 +87,22 @@ def _run_files(run: Path, checkpoint: str | None) -> tuple[Path, Path]:
             "run directory written by tools/train.py"
         )
     return ckpt, noise
+
+
+def _other_root(config: Any, data: Any, root: str) -> Any:
+    """The run's data opened from ``root``; its training captions must be the run's."""
+    if not Path(root).is_dir():
+        raise AuditInputError(f"--data-root {root} is not a folder")
+    other = open_run_data(
+        dataclasses.replace(config, data=dataclasses.replace(config.data, root=root))
+    )
+    if other.train_captions() != data.train_captions():
+        raise ConfigError(
+            f"the training captions under --data-root {root} differ from the run's "
+            f"({config.data.root}); pass a copy of the run's world, e.g. one written by "
+            "tools/make_synthetic.py --redraw-nuisance"
+        )
+    return other
 
 
 def _training_split(data: Any, noise: Path) -> PrecomputedSplit:
@@ -109,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             "run (method.name: ugncl)"
         )
     data = open_run_data(config)
+    if args.data_root is not None:
+        data = _other_root(config, data, args.data_root)
     split = _training_split(data, noise)
     state = load_checkpoint(ckpt, map_location="cpu")
     data.check_checkpoint(state, str(ckpt))
@@ -126,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     result = audit_division(split, divide_pairs, seed=args.seed)
     header = {"run": str(run), "checkpoint": str(ckpt), "batch_size": K, "lambda": lam,
-              "pairs": split.num_captions, "noisy": int((~split.clean).sum())}  # fmt: skip
+              "pairs": split.num_captions, "noisy": int((~split.clean).sum()),
+              "data_root": args.data_root or config.data.root}  # fmt: skip
     if args.json:
         print(json.dumps({**header, **result}))
     else:
@@ -142,7 +172,7 @@ def _table(header: dict[str, Any], result: dict[str, Any]) -> str:
     lines = [
         f"division audit of {header['run']} ({Path(header['checkpoint']).name}, K "
         f"{header['batch_size']}, lambda {header['lambda']}; {header['pairs']} pairs, "
-        f"{header['noisy']} noisy)",
+        f"{header['noisy']} noisy; features of {header['data_root']})",
         "                  noisy F1  precision  recall  noisy kept as clean",
     ]
     for name, label in (("trained", "trained pairs"), ("fresh", "fresh noise")):

@@ -134,6 +134,8 @@ def ensure_world(root: Path, settings: dict) -> None:
             k: v for k, v in {**_WORLD_PARAMS, **settings}.items() if not isinstance(v, tuple)
         }
         differ = {k: (existing.get(k), v) for k, v in wanted.items() if existing.get(k) != v}
+        if "nuisance_redraw" in existing:  # a probe copy (make_synthetic --redraw-nuisance)
+            differ["nuisance_redraw"] = (existing["nuisance_redraw"], None)
         if differ:
             raise ValueError(
                 f"{root} holds a world with other settings {differ} (existing, requested); "

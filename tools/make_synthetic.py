@@ -3,7 +3,9 @@
 Example: ``python tools/make_synthetic.py`` writes ``data/synthetic/synthetic_precomp/``,
 ``data/synthetic/synthetic_precomp_vocab.json`` and the same scenes as images in the CLIP layout,
 ``data/synthetic/synthetic_clip/`` (``--image-size 0`` skips them; ``tools/render_synthetic.py``
-renders them later); see ``--help`` for every option.
+renders them later); see ``--help`` for every option. ``--redraw-nuisance SRC --out DIR``
+copies the world in SRC with every image's nuisance vector drawn anew (the division audit's
+memorisation probe, ``tools/audit_division.py --data-root``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from precomputed.errors import UserError
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
+from precomputed.synthetic.writer import redraw_nuisance
 from ugncl.cli import cli_main
 
 
@@ -31,6 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out", default="data/synthetic", help="data root to write into")
+    p.add_argument(
+        "--redraw-nuisance", default=None, metavar="SRC",
+        help="instead of generating: copy the world in data root SRC to --out with every "
+        "image's nuisance vector drawn anew (same scenes, captions and noise files; the other "
+        "settings are SRC's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--redraw", type=int, default=1, help="which redraw of --redraw-nuisance (>= 1)"
+    )  # fmt: skip
     p.add_argument("--num-train", type=int, default=1000, help="train images")
     p.add_argument("--num-dev", type=int, default=250, help="dev images")
     p.add_argument("--num-test", type=int, default=250, help="test images")
@@ -117,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.image_size != 0 and args.image_size < 16:
         raise UserError(f"--image-size {args.image_size} is too small; use >= 16 pixels or 0")
     start = time.perf_counter()
+    if args.redraw_nuisance is not None:
+        return _redraw(args, start)
     try:
         root = make_synthetic(
             args.out,
@@ -156,6 +170,20 @@ def main(argv: list[str] | None = None) -> int:
             f"wrote {clip_root} in {time.perf_counter() - start:.1f} s "
             f"({args.image_size} px images, CLIP layout)"
         )
+    return 0
+
+
+def _redraw(args: argparse.Namespace, start: float) -> int:
+    try:
+        root = redraw_nuisance(args.redraw_nuisance, args.out, args.redraw)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {root / DATASET_NAME} in {time.perf_counter() - start:.1f} s: the world of "
+        f"{args.redraw_nuisance} with every image's nuisance vector redrawn (redraw "
+        f"{args.redraw})"
+    )
     return 0
 
 

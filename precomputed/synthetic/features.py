@@ -136,6 +136,7 @@ def render_features(
     nuisance: float = 0.5,
     sparsity: float = 0.0,
     scale: float = 0.5,
+    nuisance_rng: np.random.Generator | None = None,
 ) -> np.ndarray:
     """Features of images ``start:stop``, (B, R, D) float32, non-negative.
 
@@ -151,6 +152,9 @@ def render_features(
         sparsity: threshold subtracted before the ReLU; higher zeroes more entries (BUTD
             features are sparse: about half zeros at 0, about 80% at 1).
         scale: overall multiplier of the features (their magnitude, not their information).
+        nuisance_rng: draw the per-image nuisance vectors from this generator instead (``rng``
+            still draws its own, so the region noise is unchanged): the same images with
+            another identity (:func:`precomputed.synthetic.writer.redraw_nuisance`).
     """
     rows = recipes.rows[start:stop]
     weights = recipes.weights[start:stop]
@@ -158,7 +162,10 @@ def render_features(
     dim = bank.table.shape[1]
     x = rng.standard_normal((b, r, dim), dtype=np.float32)
     x *= np.float32(region_noise)
-    x += np.float32(nuisance) * rng.standard_normal((b, 1, dim), dtype=np.float32)
+    image = rng.standard_normal((b, 1, dim), dtype=np.float32)
+    if nuisance_rng is not None:
+        image = nuisance_rng.standard_normal((b, 1, dim), dtype=np.float32)
+    x += np.float32(nuisance) * image
     for c in range(COMPONENTS):
         x += weights[:, :, c, None] * bank.table[rows[:, :, c]]
     if sparsity:

@@ -14,6 +14,7 @@ Output of :func:`make_synthetic` (``out_dir`` defaults to ``data/synthetic``)::
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,10 @@ import numpy as np
 from ..noise import clean_image_index, make_caption_noise, noise_sha256, save_noise_index
 from ..vocab import build_vocab
 from .captions import caption_scene
-from .features import DirectionBank, plan_regions, render_features
+from .features import DirectionBank, RegionRecipes, plan_regions, render_features
 from .world import sample_scenes
 
-__all__ = ["DATASET_NAME", "make_synthetic", "noise_file_name"]
+__all__ = ["DATASET_NAME", "make_synthetic", "noise_file_name", "redraw_nuisance"]
 
 DATASET_NAME = "synthetic_precomp"
 CAPTIONS_PER_IMAGE = 5
@@ -50,32 +51,59 @@ def _check_knob(name: str, value: float) -> float:
     return float(value)
 
 
-def _write_split(
-    folder: Path, split: str, num: int, bank: DirectionBank, *, seed: int, regions: int,
-    sharing: float, partialness: float, background: float, render: dict,
-) -> list[str]:  # fmt: skip
+def _split_recipes(
+    seed: int, split: str, num: int, bank: DirectionBank, *, regions: int, sharing: float,
+    background: float,
+) -> tuple[list, RegionRecipes]:  # fmt: skip
+    """The split's scenes and region recipes (deterministic given the world's settings)."""
     code = _SPLIT_CODES[split]
     scenes = sample_scenes(np.random.default_rng([seed, code, 1]), num, sharing=sharing)
     recipes = plan_regions(
         np.random.default_rng([seed, code, 2]), scenes, bank, regions, background
     )
-    cap_rng = np.random.default_rng([seed, code, 3])
-    captions = [
-        c for s in scenes for c in caption_scene(cap_rng, s, CAPTIONS_PER_IMAGE, partialness)
-    ]
-    dim = bank.table.shape[1]
-    shape = (num, regions, dim)
+    return scenes, recipes
+
+
+def _write_features(
+    path: Path, split: str, recipes: RegionRecipes, bank: DirectionBank, *, seed: int,
+    render: dict, nuisance_redraw: int | None = None,
+) -> None:  # fmt: skip
+    """Render the split's features chunk by chunk into ``path`` (a ``.npy`` file); with
+    ``nuisance_redraw`` every image's nuisance vector comes from that redraw's stream."""
+    code = _SPLIT_CODES[split]
+    num, regions = recipes.rows.shape[:2]
+    shape = (num, regions, bank.table.shape[1])
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
               "shape": shape}  # fmt: skip
     # Streamed chunk by chunk with plain writes: memory stays bounded (a writable memory map
     # would keep every written page of the ~0.6 GB train file resident until it is closed).
-    with open(folder / f"{split}_ims.npy", "wb") as f:
+    with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(f, header)
         for chunk, start in enumerate(range(0, num, _CHUNK_IMAGES)):
             stop = min(num, start + _CHUNK_IMAGES)
             rng = np.random.default_rng([seed, code, 4, chunk])
-            block = render_features(recipes, bank, start, stop, rng, **render)
+            redraw = (
+                None
+                if nuisance_redraw is None
+                else np.random.default_rng([seed, code, 5, nuisance_redraw, chunk])
+            )
+            block = render_features(recipes, bank, start, stop, rng, **render, nuisance_rng=redraw)
             f.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
+
+
+def _write_split(
+    folder: Path, split: str, num: int, bank: DirectionBank, *, seed: int, regions: int,
+    sharing: float, partialness: float, background: float, render: dict,
+) -> list[str]:  # fmt: skip
+    code = _SPLIT_CODES[split]
+    scenes, recipes = _split_recipes(
+        seed, split, num, bank, regions=regions, sharing=sharing, background=background
+    )
+    cap_rng = np.random.default_rng([seed, code, 3])
+    captions = [
+        c for s in scenes for c in caption_scene(cap_rng, s, CAPTIONS_PER_IMAGE, partialness)
+    ]
+    _write_features(folder / f"{split}_ims.npy", split, recipes, bank, seed=seed, render=render)
     (folder / f"{split}_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
     with open(folder / f"{split}_scenes.jsonl", "w", encoding="utf-8") as f:
         for s in scenes:
@@ -178,4 +206,58 @@ def make_synthetic(
         "noise_seed": noise_seed, "noise_sha256": noise,
     }  # fmt: skip
     (folder / "world.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    return root
+
+
+def redraw_nuisance(src_root: str | Path, out_dir: str | Path, redraw: int = 1) -> Path:
+    """Copy the world in ``src_root`` to ``out_dir`` with every image's nuisance vector drawn
+    anew: the same scenes, regions, region noise, captions, vocabulary and noise files, only
+    each image's identity (the vector shared by its regions) changes.
+
+    A model that divides a noisy pair differently on the redrawn images learnt that pair
+    through its image's identity, not its content (README "The image projection's weight
+    decay"; ``tools/audit_division.py --data-root``).
+
+    Args:
+        src_root: data root of a world :func:`make_synthetic` wrote.
+        out_dir: new data root (its ``synthetic_precomp`` folder must not exist).
+        redraw: which redraw (>= 1): each gives other vectors, deterministically.
+
+    Returns:
+        ``out_dir``; its ``world.json`` adds ``"nuisance_redraw": redraw``.
+    """
+    if redraw < 1:
+        raise ValueError(f"redraw must be >= 1, got {redraw}")
+    src = Path(src_root) / DATASET_NAME
+    world_json = src / "world.json"
+    if not world_json.is_file():
+        raise FileNotFoundError(
+            f"{world_json} does not exist; pass the data root of a world tools/make_synthetic.py "
+            "wrote (e.g. data/synthetic)"
+        )
+    world = json.loads(world_json.read_text())
+    root = Path(out_dir)
+    folder = root / DATASET_NAME
+    if folder.exists():
+        raise FileExistsError(f"{folder} already exists; pass a new --out")
+    folder.mkdir(parents=True)
+    for path in src.iterdir():
+        if path.is_file() and not path.name.endswith(("_ims.npy", ".finite.json")):
+            shutil.copyfile(path, folder / path.name)
+    vocab = Path(src_root) / f"{DATASET_NAME}_vocab.json"
+    shutil.copyfile(vocab, root / vocab.name)
+    bank = DirectionBank.draw(world["seed"], world["feature_dim"])
+    render = {"region_noise": world["region_noise"], "nuisance": world["nuisance"],
+              "sparsity": world["sparsity"], "scale": world["feature_scale"]}  # fmt: skip
+    for split in _SPLIT_CODES:
+        _, recipes = _split_recipes(
+            world["seed"], split, world[f"num_{split}"], bank, regions=world["regions"],
+            sharing=world["attribute_sharing"], background=world["background"],
+        )  # fmt: skip
+        _write_features(
+            folder / f"{split}_ims.npy", split, recipes, bank, seed=world["seed"],
+            render=render, nuisance_redraw=redraw,
+        )  # fmt: skip
+    world["nuisance_redraw"] = int(redraw)
+    (folder / "world.json").write_text(json.dumps(world, indent=2, sort_keys=True) + "\n")
     return root

@@ -16,6 +16,7 @@ from precomputed.noise import (
 from precomputed.synthetic import make_synthetic
 from precomputed.synthetic.captions import TEMPLATE_WORDS
 from precomputed.synthetic.world import CATEGORIES, COLOURS, SCENE_TYPES
+from precomputed.synthetic.writer import redraw_nuisance
 from precomputed.tokenizer import tokenize_caption
 from precomputed.vocab import load_vocab
 
@@ -131,6 +132,41 @@ def test_deterministic_bytes(tmp_path, world):
     assert _digest(again) == _digest(world)
     other = make_synthetic(tmp_path / "other", seed=4, **TINY)
     assert _digest(other) != _digest(world)
+
+
+def test_redrawn_nuisance_changes_only_the_features(tmp_path, world):
+    redrawn = redraw_nuisance(world, tmp_path / "redrawn")
+    before, after = _digest(world), _digest(redrawn)
+    assert before.keys() == after.keys()
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {f"synthetic_precomp/{s}_ims.npy" for s in ("train", "dev", "test")} | {
+        "synthetic_precomp/world.json"
+    }
+    w_before = json.loads((world / "synthetic_precomp/world.json").read_text())
+    w_after = json.loads((redrawn / "synthetic_precomp/world.json").read_text())
+    assert w_after == {**w_before, "nuisance_redraw": 1}
+    # Deterministic per redraw; another redraw draws other vectors.
+    again = redraw_nuisance(world, tmp_path / "again")
+    assert _digest(again) == after
+    other = redraw_nuisance(world, tmp_path / "other", redraw=2)
+    assert (
+        _digest(other)["synthetic_precomp/train_ims.npy"]
+        != after["synthetic_precomp/train_ims.npy"]
+    )
+
+
+def test_redraw_keeps_everything_but_the_nuisance(tmp_path):
+    """Without a nuisance vector the redrawn features are the original ones: the scenes,
+    regions, weights and region noise are reproduced, only the identity is drawn anew."""
+    plain = make_synthetic(tmp_path / "plain", seed=5, nuisance=0.0, **TINY)
+    assert _digest(redraw_nuisance(plain, tmp_path / "r")) == {
+        **_digest(plain),
+        "synthetic_precomp/world.json": _digest(tmp_path / "r")["synthetic_precomp/world.json"],
+    }
+    with pytest.raises(FileExistsError, match="already exists"):
+        redraw_nuisance(plain, tmp_path / "r")
+    with pytest.raises(FileNotFoundError, match="world.json does not exist"):
+        redraw_nuisance(tmp_path / "nowhere", tmp_path / "r2")
 
 
 @pytest.mark.parametrize(

@@ -56,3 +56,34 @@ def test_audit_refuses_what_it_cannot_audit(tool, ugncl_run, tmp_path, capsys) -
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "noise_index.npy does not exist" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_audit_reads_the_features_of_a_redrawn_world(
+    tool, ugncl_run, tiny_world: Path, tmp_path, capsys
+) -> None:
+    """--data-root: the same pairs on a copy of the world whose images got new nuisance
+    vectors (tools/make_synthetic.py --redraw-nuisance); a root of other captions is refused."""
+    redrawn = tmp_path / "redrawn"
+    make = tool("make_synthetic").main
+    assert make(["--redraw-nuisance", str(tiny_world), "--out", str(redrawn)]) == 0
+    assert "nuisance vector redrawn" in capsys.readouterr().out
+    assert make(["--redraw-nuisance", str(tiny_world), "--out", str(redrawn)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    audit = tool("audit_division").main
+    assert audit([str(ugncl_run), "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert audit([str(ugncl_run), "--json", "--data-root", str(redrawn)]) == 0
+    other = json.loads(capsys.readouterr().out)
+    assert other["data_root"] == str(redrawn) and same["data_root"] != str(redrawn)
+    assert other["pairs"] == same["pairs"] and other["noisy"] == same["noisy"]
+    # Other images, so other opinions (the tiny model has learnt something of its images).
+    assert other["trained"] != same["trained"]
+
+    from precomputed.synthetic import make_synthetic
+
+    elsewhere = make_synthetic(tmp_path / "w7", num_train=48, num_dev=12, num_test=12, seed=7,
+                               feature_dim=64)  # fmt: skip
+    assert audit([str(ugncl_run), "--data-root", str(elsewhere)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the training captions under --data-root")
+    assert len(err.strip().splitlines()) == 1

@@ -83,3 +83,17 @@ def test_demo_jobs_train_rows_in_workers_with_the_same_results(demo, tmp_path, t
 
     assert rows("seq") == rows("par")
     assert json.loads((tmp_path / "par" / "demo_summary.json").read_text())["jobs"] == 2
+
+
+def test_demo_refuses_a_world_with_redrawn_nuisance(tool, tmp_path) -> None:
+    """A copy made for the memorisation probe has the settings of its source but other
+    images: the demo does not take it for the world it was asked for."""
+    from precomputed.synthetic.writer import redraw_nuisance
+
+    module = tool("demo")
+    settings = module.world_settings(TINY_WORLD)
+    module.ensure_world(tmp_path / "w", settings)  # generates it
+    module.ensure_world(tmp_path / "w", settings)  # the same world: accepted
+    redraw_nuisance(tmp_path / "w", tmp_path / "r")
+    with pytest.raises(ValueError, match="nuisance_redraw"):
+        module.ensure_world(tmp_path / "r", settings)
