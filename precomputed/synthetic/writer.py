@@ -236,6 +236,15 @@ def redraw_nuisance(src_root: str | Path, out_dir: str | Path, redraw: int = 1) 
             "wrote (e.g. data/synthetic)"
         )
     world = json.loads(world_json.read_text())
+    needed = ("seed", "feature_dim", "regions", "attribute_sharing", "background",
+              "region_noise", "nuisance", "sparsity", "feature_scale",
+              *(f"num_{split}" for split in _SPLIT_CODES))  # fmt: skip
+    missing = [key for key in needed if key not in world]
+    if missing:
+        raise ValueError(
+            f"{world_json} lacks {', '.join(missing)} (a world of an older generator); "
+            "generate it again with tools/make_synthetic.py"
+        )
     root = Path(out_dir)
     folder = root / DATASET_NAME
     if folder.exists():

@@ -167,6 +167,11 @@ def test_redraw_keeps_everything_but_the_nuisance(tmp_path):
         redraw_nuisance(plain, tmp_path / "r")
     with pytest.raises(FileNotFoundError, match="world.json does not exist"):
         redraw_nuisance(tmp_path / "nowhere", tmp_path / "r2")
+    world_json = plain / "synthetic_precomp" / "world.json"
+    old = {k: v for k, v in json.loads(world_json.read_text()).items() if k != "background"}
+    world_json.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="lacks background"):
+        redraw_nuisance(plain, tmp_path / "r3")
 
 
 @pytest.mark.parametrize(
