@@ -95,13 +95,14 @@ class PrecomputedRunData:
     def image_feature_rms(self, max_images: int = 256) -> float:
         """Root mean square of the training region features over the first ``max_images``
         images (float64 sums): the scale ``train.image_decay_per_rms`` is counted in."""
-        n = min(len(self.train.features), max_images)
+        features = self.train.features
+        n_img, regions, dim = features.shape
+        n = min(n_img, max_images)
         total = 0.0
         for start in range(0, n, 32):
-            block = np.asarray(self.train.features.slice(start, min(n, start + 32)))
+            block = np.asarray(features.slice(start, min(n, start + 32)))
             total += float(np.square(block, dtype=np.float64).sum())
-        shape = self.train.features.slice(0, 1).shape
-        return math.sqrt(total / (n * shape[1] * shape[2]))
+        return math.sqrt(total / (n * regions * dim))
 
     def training_data(self) -> PrecomputedTrainingData:
         """The training split behind the :class:`ugncl.data.TrainingData` interface."""

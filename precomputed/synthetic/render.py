@@ -33,7 +33,7 @@ from PIL import Image, ImageDraw
 
 from .._io import atomic_open
 from ..errors import DataFormatError, DataNotFoundError
-from .world import CATEGORIES, COLOURS, POSITIONS, SCENE_TYPES, SIZES
+from .world import CATEGORIES, COLOURS, POSITIONS, SCENE_TYPES, SIZES, read_world_settings
 
 __all__ = [
     "CLIP_DATASET_NAME",
@@ -317,13 +317,7 @@ def write_clip_images(
     if fmt not in IMAGE_FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(IMAGE_FORMATS)}, got {fmt!r}")
     src = Path(root) / source
-    world_file = src / "world.json"
-    if not world_file.is_file():
-        raise DataNotFoundError(
-            f"{world_file} not found; generate the world first with `python "
-            f"tools/make_synthetic.py --out {root}`"
-        )
-    cpi = int(json.loads(world_file.read_text())["captions_per_image"])
+    cpi = int(read_world_settings(root, source)["captions_per_image"])
     out = Path(root) / name
     image_dir = out / "images"
     ann_dir = out / "annotations" / "scan_split"

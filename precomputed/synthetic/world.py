@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DataNotFoundError
+
 __all__ = [
     "CATEGORIES",
     "COLOURS",
@@ -24,6 +26,7 @@ __all__ = [
     "SceneObject",
     "popularity",
     "read_scenes",
+    "read_world_settings",
     "relation_between",
     "sample_scenes",
 ]
@@ -101,6 +104,21 @@ def read_scenes(path: str | Path) -> list[Scene]:
     """The scenes of ``{split}_scenes.jsonl``, in image order."""
     with open(path, encoding="utf-8") as f:
         return [Scene.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def read_world_settings(root: str | Path, source: str) -> dict:
+    """The generator settings (``<root>/<source>/world.json``) of a world on disk.
+
+    Raises:
+        DataNotFoundError: the file is missing (the message says how to make the world).
+    """
+    path = Path(root) / source / "world.json"
+    if not path.is_file():
+        raise DataNotFoundError(
+            f"{path} does not exist; pass the data root of a world tools/make_synthetic.py "
+            f"wrote, or generate one with `python tools/make_synthetic.py --out {root}`"
+        )
+    return json.loads(path.read_text())
 
 
 def popularity(n: int, sharing: float) -> np.ndarray:

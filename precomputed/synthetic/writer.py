@@ -23,7 +23,7 @@ from ..noise import clean_image_index, make_caption_noise, noise_sha256, save_no
 from ..vocab import build_vocab
 from .captions import caption_scene
 from .features import DirectionBank, RegionRecipes, plan_regions, render_features
-from .world import sample_scenes
+from .world import read_world_settings, sample_scenes
 
 __all__ = ["DATASET_NAME", "make_synthetic", "noise_file_name", "redraw_nuisance"]
 
@@ -229,20 +229,14 @@ def redraw_nuisance(src_root: str | Path, out_dir: str | Path, redraw: int = 1) 
     if redraw < 1:
         raise ValueError(f"redraw must be >= 1, got {redraw}")
     src = Path(src_root) / DATASET_NAME
-    world_json = src / "world.json"
-    if not world_json.is_file():
-        raise FileNotFoundError(
-            f"{world_json} does not exist; pass the data root of a world tools/make_synthetic.py "
-            "wrote (e.g. data/synthetic)"
-        )
-    world = json.loads(world_json.read_text())
+    world = read_world_settings(src_root, DATASET_NAME)
     needed = ("seed", "feature_dim", "regions", "attribute_sharing", "background",
               "region_noise", "nuisance", "sparsity", "feature_scale",
               *(f"num_{split}" for split in _SPLIT_CODES))  # fmt: skip
     missing = [key for key in needed if key not in world]
     if missing:
         raise ValueError(
-            f"{world_json} lacks {', '.join(missing)} (a world of an older generator); "
+            f"{src / 'world.json'} lacks {', '.join(missing)} (a world of an older generator); "
             "generate it again with tools/make_synthetic.py"
         )
     root = Path(out_dir)
