@@ -60,6 +60,13 @@ def test_demo_rows_train_one_model_on_one_split() -> None:
     assert {(c.train.batch_size, c.train.lr, c.train.seed) for c in rows} == {(32, 1e-3, 0)}
 
 
+def test_clean_reference_trains_as_long_as_ugncl() -> None:
+    # UGNCL/clean is a demo target: a reference trained for fewer epochs than UGNCL would
+    # flatter the ratio (README "The epoch budget, again").
+    clean, ugncl = (load_config(n)[0].train for n in ("clean_synthetic", "ugncl_synthetic"))
+    assert clean.warmup_epochs + clean.epochs == ugncl.warmup_epochs + ugncl.epochs
+
+
 def test_bare_name_and_extension_resolve() -> None:
     assert resolve_config_path("ugncl_flickr") == resolve_config_path("ugncl_flickr.yaml")
 
