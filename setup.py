@@ -18,8 +18,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["precomputed*", "sgraf*", "ugncl*"]),
-    # open_clip architecture configs registered by ugncl.clip.models (ugncl-tiny).
-    package_data={"ugncl.clip": ["model_configs/*.json"]},
+    # open_clip architecture configs registered by ugncl.backbones.clip.models (ugncl-tiny).
+    package_data={"ugncl.backbones.clip": ["model_configs/*.json"]},
     install_requires=[
         # torch/torchvision are pinned by constraints.txt in the Makefile: these wheels
         # install from local files, any other torch triggers a multi-GB download.

@@ -2,7 +2,8 @@
 
 Every exception here is a :class:`UserError`: its message names the file or setting, the
 problem and the fix, and the tools turn it into one ``error: ...`` line and exit code 2
-(``ugncl.cli.cli_main``). It lives in the leaf package ``precomputed`` (no imports) so that
+(``ugncl.framework.cli.cli_main``). It lives in the leaf package ``precomputed`` (no imports) so
+that
 ``sgraf`` and ``ugncl`` can both raise and catch the same classes without breaking the
 dependency direction ``tools -> ugncl -> sgraf, precomputed``.
 """

@@ -3,7 +3,8 @@
 Divides the run's training pairs with its checkpoint (eval mode, the run's division rule and
 batch size, Eq. 16's lambda at the checkpoint's step) twice, in the same batches: as trained
 (the run's ``noise_index.npy``), and with every noisy caption re-paired with an image it was
-never trained with (``ugncl.division_audit``). Prints the noise-detection F1 of both and the
+never trained with (``ugncl.methods.ugncl.division_audit``). Prints the noise-detection F1 of both
+and the
 share of noisy pairs kept as clean: what rises from the fresh row to the trained one is what
 the model memorised. Works on any UGNCL run of the precomputed track (synthetic world,
 Flickr30K, MS-COCO, CC152K).
@@ -28,14 +29,14 @@ import torch
 from precomputed.dataset import PrecomputedSplit
 from precomputed.errors import UserError
 from precomputed.noise import load_noise_index
-from ugncl.build import build_method, model_from_checkpoint, open_run_data
-from ugncl.cli import cli_main
-from ugncl.config import ConfigError
-from ugncl.division_audit import audit_division, divide_split
-from ugncl.engine.checkpoint import load_checkpoint
-from ugncl.engine.device import select_device
-from ugncl.losses import lambda_schedule
-from ugncl.training import load_resume_config
+from ugncl.framework.build import build_method, model_from_checkpoint, open_run_data
+from ugncl.framework.cli import cli_main
+from ugncl.framework.config import ConfigError
+from ugncl.framework.engine.checkpoint import load_checkpoint
+from ugncl.framework.engine.device import select_device
+from ugncl.framework.training import load_resume_config
+from ugncl.methods.ugncl.division_audit import audit_division, divide_split
+from ugncl.methods.ugncl.losses import lambda_schedule
 
 __all__ = ["main"]
 

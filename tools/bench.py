@@ -19,7 +19,8 @@ loading of the batch excluded) and the ratio to the first method: a step-level c
 shared machine's load does not distort.
 
 ``clip`` times training steps of the CLIP backbone (fp32, symmetric InfoNCE, fused AdamW: the
-pretraining loop of ``ugncl.clip.pretrain``) on random pixels and captions and prints pairs/s
+pretraining loop of ``ugncl.backbones.clip.pretrain``) on random pixels and captions and prints
+pairs/s
 and ms per step for each thread count.
 
 Measures pairs scored per second by the batched scorer (``sgraf.model.score_all_pairs``)
@@ -67,7 +68,7 @@ from torch.nn import functional as F
 
 from sgraf.functional import l1norm, l2norm
 from sgraf.model import SGRAF, score_all_pairs
-from ugncl.cli import cli_main
+from ugncl.framework.cli import cli_main
 
 
 # ----------------------------------------------------------------------------------------
@@ -384,7 +385,7 @@ def bench_eval_memory(args: argparse.Namespace) -> dict:
     from precomputed.dataset import open_split
     from precomputed.vocab import load_vocab
     from sgraf.scoring import IMAGE_CHUNK
-    from ugncl.evaluation import encode_split
+    from ugncl.framework.evaluation import encode_split
 
     torch.manual_seed(0)
     vocab = load_vocab(args.data / "vocab.json")
@@ -425,8 +426,8 @@ def bench_eval_memory(args: argparse.Namespace) -> dict:
 
 def bench_clip(args: argparse.Namespace) -> dict:
     """Training pairs/s of a CLIP backbone on CPU, per thread count."""
-    from ugncl.clip.adapter import build_clip
-    from ugncl.clip.pretrain import PretrainConfig, pretrain
+    from ugncl.backbones.clip.adapter import build_clip
+    from ugncl.backbones.clip.pretrain import PretrainConfig, pretrain
 
     results = []
     for threads in args.threads:
@@ -463,7 +464,7 @@ def epoch_cpu_seconds():
     (``Trainer._run_epoch`` minus its validation and checkpoint): on a shared machine the
     wall clock measures the neighbours' load as much as the method, CPU time does not (with
     ``train.threads=1`` and ``data.num_workers=0`` it is the one thread's work)."""
-    from ugncl.engine.trainer import Trainer
+    from ugncl.framework.engine.trainer import Trainer
 
     seconds: list[float] = []
     excluded = [0.0]
@@ -498,9 +499,9 @@ def bench_methods(args: argparse.Namespace) -> dict:
     import statistics
     import tempfile
 
-    from ugncl.config import load_config
-    from ugncl.engine.recorder import read_metrics
-    from ugncl.training import train
+    from ugncl.framework.config import load_config
+    from ugncl.framework.engine.recorder import read_metrics
+    from ugncl.framework.training import train
 
     runs: dict[str, list[dict]] = {m: [] for m in args.methods}
     with tempfile.TemporaryDirectory() as out:
@@ -541,17 +542,17 @@ def bench_method_steps(args: argparse.Namespace) -> dict:
     its setup and first ``on_epoch_start``; the first step is a warm-up and not counted."""
     import tempfile
 
-    from ugncl.build import (
+    from ugncl.framework.build import (
         build_method,
         build_model,
         build_optimizer_and_schedule,
         open_run_data,
     )
-    from ugncl.config import load_config
-    from ugncl.engine.context import StepContext
-    from ugncl.engine.device import select_precision
-    from ugncl.engine.recorder import MetricsRecorder
-    from ugncl.engine.trainer import Trainer
+    from ugncl.framework.config import load_config
+    from ugncl.framework.engine.context import StepContext
+    from ugncl.framework.engine.device import select_precision
+    from ugncl.framework.engine.recorder import MetricsRecorder
+    from ugncl.framework.engine.trainer import Trainer
 
     torch.set_num_threads(args.threads)
     cpu = torch.device("cpu")

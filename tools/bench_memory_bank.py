@@ -4,7 +4,8 @@
 [--clean 0.5] [--device cpu] [--query-block 4096] [--key-block 16384] [--json]``
 
 Random unit embeddings stand in for a model's; the search cost does not depend on their values.
-Prints seconds for :func:`ugncl.methods.memory_bank.build_memory_bank`, the number of query x
+Prints seconds for :func:`ugncl.methods.weighted.memory_bank.build_memory_bank`, the number of
+query x
 key scores computed, and the peak score-block memory the block sizes allow (the full
 query x key matrix is never built).
 """
@@ -18,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from ugncl.methods.memory_bank import build_memory_bank
+from ugncl.methods.weighted.memory_bank import build_memory_bank
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import argparse
 from precomputed.captions import read_captions
 from precomputed.layout import locate_split
 from precomputed.vocab import build_vocab
-from ugncl.cli import cli_main
+from ugncl.framework.cli import cli_main
 
 
 @cli_main

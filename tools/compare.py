@@ -6,7 +6,8 @@ Read finished runs (folders written by ``tools/train.py``)::
     python tools/compare.py runs/compare/* --format csv
 
 Train each config x seed into ``OUT/<config>-s<seed>`` (in this process, through the same
-``ugncl.training.train`` as ``tools/train.py``; a finished run is reused, an unfinished one
+``ugncl.framework.training.train`` as ``tools/train.py``; a finished run is reused, an unfinished
+one
 resumed), then print the table with one mean row per config and write it to
 ``OUT/compare.<md|csv|json>``::
 
@@ -31,10 +32,17 @@ import sys
 from pathlib import Path
 
 from precomputed.errors import InvalidSettingError
-from ugncl.cli import cli_main
-from ugncl.compare import FORMATS, format_table, mean_row, read_run, run_labels, train_or_resume
-from ugncl.config import load_config
-from ugncl.engine.recorder import setup_logging
+from ugncl.framework.cli import cli_main
+from ugncl.framework.compare import (
+    FORMATS,
+    format_table,
+    mean_row,
+    read_run,
+    run_labels,
+    train_or_resume,
+)
+from ugncl.framework.config import load_config
+from ugncl.framework.engine.recorder import setup_logging
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
 

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from ugncl.clip.loading import WeightsError, convert_torchscript
+from ugncl.backbones.clip.loading import WeightsError, convert_torchscript
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,13 +19,13 @@ from pathlib import Path
 import torch
 
 from precomputed.errors import InvalidSettingError
-from ugncl.build import BACKBONES, build_method, model_from_file
-from ugncl.cli import cli_main
-from ugncl.config import Config, ConfigError, DataConfig, build_config, choices
-from ugncl.engine.device import select_device
-from ugncl.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
-from ugncl.experiment import check_vocab, open_vocab
-from ugncl.precomputed_data import as_eval_data
+from ugncl.backbones.sgraf.data import as_eval_data
+from ugncl.backbones.sgraf.experiment import check_vocab, open_vocab
+from ugncl.framework.build import BACKBONES, build_method, model_from_file
+from ugncl.framework.cli import cli_main
+from ugncl.framework.config import Config, ConfigError, DataConfig, build_config, choices
+from ugncl.framework.engine.device import select_device
+from ugncl.framework.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
 
 COCO_TESTALL_IMAGES = 5000
 

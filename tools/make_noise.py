@@ -26,7 +26,7 @@ from precomputed.noise import (
     noise_sha256,
     save_noise_index,
 )
-from ugncl.cli import cli_main
+from ugncl.framework.cli import cli_main
 
 
 @cli_main

@@ -19,7 +19,7 @@ from precomputed.errors import UserError
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
 from precomputed.synthetic.writer import redraw_nuisance
-from ugncl.cli import cli_main
+from ugncl.framework.cli import cli_main
 
 
 def build_parser() -> argparse.ArgumentParser:

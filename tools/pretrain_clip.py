@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from ugncl.clip.adapter import build_clip, save_clip_weights
-from ugncl.clip.loading import WeightsError
-from ugncl.clip.models import TINY_MODEL
-from ugncl.clip.pretrain import PretrainConfig, pretrain_on_world
+from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
+from ugncl.backbones.clip.loading import WeightsError
+from ugncl.backbones.clip.models import TINY_MODEL
+from ugncl.backbones.clip.pretrain import PretrainConfig, pretrain_on_world
 
 DEFAULT_NAME = f"clip/{TINY_MODEL}-pretrained.pt"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ugncl.cli import cli_main
-from ugncl.config import load_config
-from ugncl.training import load_resume_config, train
+from ugncl.framework.cli import cli_main
+from ugncl.framework.config import load_config
+from ugncl.framework.training import load_resume_config, train
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

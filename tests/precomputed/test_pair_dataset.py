@@ -7,7 +7,7 @@ from precomputed.dataset import PairDataset, open_split
 from precomputed.errors import DataFormatError
 from precomputed.noise import clean_image_index, make_caption_noise
 from tests.precomputed.conftest import tiny_captions
-from ugncl.precomputed_data import collate_pairs
+from ugncl.backbones.sgraf.data import collate_pairs
 
 
 @pytest.mark.parametrize("fmt,caps,cpi", [("npy", "txt", 5), ("h5", "tsv", 1)])

@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
-from ugncl.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ugncl.engine.recorder import read_metrics
-from ugncl.engine.trainer import checkpoint_for_test
+from ugncl.framework.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ugncl.framework.engine.recorder import read_metrics
+from ugncl.framework.engine.trainer import checkpoint_for_test
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from precomputed.noise import noise_sha256
-from ugncl.engine.recorder import read_metrics
+from ugncl.framework.engine.recorder import read_metrics
 
 IMAGE_SIZE, CONTEXT = 32, 24
 
@@ -41,8 +41,8 @@ def clip_world(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def random_weights(tmp_path_factory) -> Path:
     """A random-init ugncl-tiny at 32 px and a 24-token context, as a local weights file."""
-    from ugncl.clip.adapter import build_clip, save_clip_weights
-    from ugncl.clip.models import TINY_MODEL
+    from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
+    from ugncl.backbones.clip.models import TINY_MODEL
 
     torch.manual_seed(0)
     model = build_clip(TINY_MODEL, image_size=IMAGE_SIZE, context_length=CONTEXT)

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from ugncl.build import BACKBONES, BackboneSpec
-from ugncl.experiment import open_training_data
-from ugncl.similarity import SimilarityModel
+from ugncl.backbones.sgraf.experiment import open_training_data
+from ugncl.framework.build import BACKBONES, BackboneSpec
+from ugncl.framework.similarity import SimilarityModel
 
 
 # ---------------------------------------------------------------- a test-only backbone

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ugncl.engine.allocator import keep_freed_memory
+from ugncl.framework.engine.allocator import keep_freed_memory
 
 # Forty 4 MB tensors allocated and all freed at once, as a training step's backward frees its
 # activations; prints the minor page faults of two rounds after three to settle. Both modes
@@ -16,7 +16,7 @@ from ugncl.engine.allocator import keep_freed_memory
 # every round; glibc's adaptive thresholds do so too, but not reliably in a short script.
 CHURN = """
 import resource, sys, torch
-from ugncl.engine.allocator import keep_freed_memory
+from ugncl.framework.engine.allocator import keep_freed_memory
 assert keep_freed_memory(mmap_threshold=128 << 10, trim_threshold=128 << 10, top_pad=0)
 if sys.argv[1] == "keep":
     assert keep_freed_memory()

@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from precomputed.errors import CheckpointError, DataFormatError, UserError
-from ugncl.cli import cli_main
-from ugncl.config import ConfigError
+from ugncl.framework.cli import cli_main
+from ugncl.framework.config import ConfigError
 
 
 @pytest.mark.parametrize("error", [DataFormatError, CheckpointError, ConfigError, UserError])
@@ -36,7 +36,7 @@ def test_setup_logging_drops_an_implicit_basicconfig_handler(capsys):
     ``setup_logging`` one line is printed, and a test framework's handlers are kept."""
     import logging
 
-    from ugncl.engine.recorder import _HANDLER_TAG, setup_logging
+    from ugncl.framework.engine.recorder import _HANDLER_TAG, setup_logging
 
     root = logging.getLogger()
     saved = list(root.handlers), root.level

@@ -12,7 +12,7 @@ from precomputed.noise import clean_image_index, load_noise_index, make_caption_
 from precomputed.synthetic import make_synthetic
 from precomputed.synthetic.render import write_clip_images
 from precomputed.vocab import load_vocab
-from ugncl.clip.data import (
+from ugncl.backbones.clip.data import (
     CaptionDataset,
     ImageDataset,
     ImageTrainingData,

@@ -1,4 +1,4 @@
-"""Per-sample symmetric InfoNCE (ugncl/clip/losses.py)."""
+"""Per-sample symmetric InfoNCE (ugncl/methods/infonce.py)."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ugncl.clip.losses import clip_loss, info_nce_per_sample, weighted_mean
+from ugncl.methods.infonce import clip_loss, info_nce_per_sample, weighted_mean
 
 
 def test_two_by_two_by_hand():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ugncl.config import (
+from ugncl.framework.config import (
     CONFIG_DIR,
     Config,
     ConfigError,
@@ -167,14 +167,14 @@ def test_registry_names_are_the_choices() -> None:
 
 
 def test_defaults_without_a_file_equal_base_yaml() -> None:
-    from ugncl.config import DEFAULT_BASE, load_yaml_tree
+    from ugncl.framework.config import DEFAULT_BASE, load_yaml_tree
 
     assert build_config({}).to_dict() == build_config(load_yaml_tree(DEFAULT_BASE)).to_dict()
 
 
 def test_eval_score_choices_come_from_the_evaluation_registry() -> None:
-    from ugncl.config import choices
-    from ugncl.evaluation import EVAL_SCORES
+    from ugncl.framework.config import choices
+    from ugncl.framework.evaluation import EVAL_SCORES
 
     assert choices()["eval.eval_score"] == EVAL_SCORES
     assert build_config({"eval": {"eval_score": "evidence_mean_exp"}}).eval.eval_score == (

@@ -1,4 +1,5 @@
-"""Tests of ugncl.division: normalised uncertainty, four-way division, accumulation, quality."""
+"""Tests of ugncl.methods.ugncl.division: normalised uncertainty, four-way division, accumulation,
+quality."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ugncl.division import (
+from ugncl.methods.ugncl.division import (
     CLEAN,
     HARD_CLEAN,
     HARD_NOISY,
@@ -254,7 +255,7 @@ def test_top_rival_soft_label_interpolates_mean_and_max_rival() -> None:
     """Row 0: diagonal log evidence 0, rivals 1, -1, -3 (K = 4).
     lam = 2: rival = log((e + 1/e) / 2) = log cosh 1 -> y = sigmoid(-0.43378) = 0.39322;
     lam = 3 (all rivals) = mean_rival, lam = 1 = max_rival = sigmoid(-1)."""
-    from ugncl.division import hard_soft_label
+    from ugncl.methods.ugncl.division import hard_soft_label
 
     log_e = torch.tensor(
         [[0.0, 1.0, -1.0, -3.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 2.0]],

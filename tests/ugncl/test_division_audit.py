@@ -12,8 +12,13 @@ from torch import Tensor, nn
 from precomputed.dataset import open_split
 from precomputed.noise import clean_image_index, make_caption_noise
 from precomputed.vocab import build_vocab
-from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY
-from ugncl.division_audit import audit_division, divide_split, fresh_noisy_index, kept_as_clean
+from ugncl.methods.ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY
+from ugncl.methods.ugncl.division_audit import (
+    audit_division,
+    divide_split,
+    fresh_noisy_index,
+    kept_as_clean,
+)
 
 N_IMG, CPI = 12, 2
 

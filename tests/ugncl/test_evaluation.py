@@ -13,7 +13,7 @@ from precomputed.vocab import build_vocab
 from sgraf.functional import word_mask
 from sgraf.model import SGRAF
 from sgraf.scoring import iter_blocks, plan_grid, score_all_pairs
-from ugncl.evaluation import (
+from ugncl.framework.evaluation import (
     StreamedImages,
     default_protocol,
     encode_split,
@@ -25,7 +25,7 @@ from ugncl.evaluation import (
     score_matrix,
     view_reducer,
 )
-from ugncl.metrics import METRIC_KEYS, coco_folds, fold_metrics, retrieval_metrics
+from ugncl.framework.metrics import METRIC_KEYS, coco_folds, fold_metrics, retrieval_metrics
 
 N_IMG, CPI, R, D, E = 7, 2, 4, 12, 16
 WORDS = ["a", "dog", "cat", "runs", "red", "blue", "ball", "on", "the", "grass", "sits"]

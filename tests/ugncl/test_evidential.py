@@ -1,4 +1,5 @@
-"""Tests of ugncl.evidential: evidence, opinions, DST fusion, EDL loss, trusted-margin factors."""
+"""Tests of ugncl.methods.ugncl.evidential: evidence, opinions, DST fusion, EDL loss,
+trusted-margin factors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch.distributions import Dirichlet, kl_divergence
 
-from ugncl.evidential import (
+from ugncl.methods.ugncl.evidential import (
     ds_combine,
     ds_combine_many,
     edl_loss,

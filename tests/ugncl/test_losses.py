@@ -1,4 +1,5 @@
-"""Tests of ugncl.losses: VSE++ hinge, soft/trusted margins, lambda schedule, TRL, objectives."""
+"""Tests of ugncl.methods.ugncl.losses: VSE++ hinge, soft/trusted margins, lambda schedule, TRL,
+objectives."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import math
 import pytest
 import torch
 
-from ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY, divide_batch
-from ugncl.evidential import edl_loss, evidence, trusted_margin_factor
-from ugncl.losses import (
+from ugncl.methods.ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY, divide_batch
+from ugncl.methods.ugncl.evidential import edl_loss, evidence, trusted_margin_factor
+from ugncl.methods.ugncl.losses import (
     edl_targets,
     evidential_loss,
     lambda_schedule,
@@ -407,7 +408,7 @@ def test_centred_objectives_ignore_a_per_view_shift(objective):
 
 
 def test_centre_scores_rejects_unknown_mode():
-    from ugncl.evidential import centre_scores
+    from ugncl.methods.ugncl.evidential import centre_scores
 
     with pytest.raises(ValueError, match="centring"):
         centre_scores(torch.zeros(1, 2, 2), "row")

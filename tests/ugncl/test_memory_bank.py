@@ -1,10 +1,11 @@
-"""NPC/SDD memory bank on tiny sets with known neighbours (ugncl/methods/memory_bank.py)."""
+"""NPC/SDD memory bank on tiny sets with known neighbours
+(ugncl/methods/weighted/memory_bank.py)."""
 
 import numpy as np
 import pytest
 import torch
 
-from ugncl.methods.memory_bank import (
+from ugncl.methods.weighted.memory_bank import (
     EmbeddingTable,
     MemoryBank,
     build_memory_bank,

@@ -1,4 +1,4 @@
-"""NPC / SDD / OSA weight formulas on hand-computed values (ugncl/methods/weights.py)."""
+"""NPC / SDD / OSA weight formulas on hand-computed values (ugncl/methods/weighted/weights.py)."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ugncl.methods.weights import (
+from ugncl.methods.weighted.weights import (
     SpaceShift,
     auto_sdd_thresholds,
     bank_clean_mask,

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from sgraf.model import SGRAF
-from ugncl.data import PairBatch
-from ugncl.losses import triplet_objective
+from ugncl.framework.data import PairBatch
 from ugncl.methods import METHODS, StepContext, TripletMethod, UGNCLMethod
+from ugncl.methods.ugncl.losses import triplet_objective
 
 
 def tiny_batch(k: int = 6, views: int = 1) -> tuple[SGRAF, PairBatch]:
@@ -73,7 +73,7 @@ def test_kl_weight_annealing(anneal: int, epoch: int, expected: float) -> None:
 def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> None:
     """Issue 8: the paper's xi1 = 0.1 and tau = 0.1 in every UGNCL config (the synthetic one
     used xi1 = 0 to dodge the softplus collapse); the evidence function defaults to tanh."""
-    from ugncl.config import load_config
+    from ugncl.framework.config import load_config
 
     config, _ = load_config(name)
     options = config.method.ugncl
@@ -86,8 +86,8 @@ def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> N
     """After warm-up at xi1 = 0.1 every pair has u_bar ~ 0.995 (README "UGNCL equations").
     The paper's Delta = 10 gives f_C = sigmoid(-10 logit(0.995)) ~ 1e-23: no margin for any
     hard-clean pair. The default Delta = 0 keeps half the soft margin."""
-    from ugncl.losses import soft_margin, trusted_margins
-    from ugncl.methods.ugncl import UGNCLConfig
+    from ugncl.methods.ugncl.losses import soft_margin, trusted_margins
+    from ugncl.methods.ugncl.method import UGNCLConfig
 
     sets = torch.tensor([2, 3])  # HARD_CLEAN, HARD_NOISY
     y = torch.tensor([0.8, 0.3])
@@ -105,7 +105,7 @@ def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl:
     pairs gets no trusted-robust term; the paper's Eq. 16 (true) gives it the soft hinge."""
     import numpy as np
 
-    from ugncl.division import HARD_NOISY, DivisionResult
+    from ugncl.methods.ugncl.division import HARD_NOISY, DivisionResult
 
     model, batch = tiny_batch(views=2)
     model.eval()
@@ -126,8 +126,8 @@ def test_noisy_pairs_keep_the_papers_evidential_target_by_default() -> None:
     leaves every query out, L_e = 0."""
     import numpy as np
 
-    from ugncl.division import HARD_NOISY, DivisionResult
-    from ugncl.methods.ugncl import UGNCLConfig
+    from ugncl.methods.ugncl.division import HARD_NOISY, DivisionResult
+    from ugncl.methods.ugncl.method import UGNCLConfig
 
     model, batch = tiny_batch(views=2)
     model.eval()
@@ -151,8 +151,8 @@ def test_hard_target_switch_reaches_the_evidential_loss() -> None:
     not (measured, not adopted: README "UGNCL equations")."""
     import numpy as np
 
-    from ugncl.division import HARD_CLEAN, HARD_NOISY, DivisionResult
-    from ugncl.methods.ugncl import UGNCLConfig
+    from ugncl.methods.ugncl.division import HARD_CLEAN, HARD_NOISY, DivisionResult
+    from ugncl.methods.ugncl.method import UGNCLConfig
 
     model, batch = tiny_batch(views=2)
     model.eval()
@@ -173,8 +173,8 @@ def test_hard_target_switch_reaches_the_evidential_loss() -> None:
 
 def method_context(tmp_path, *, model, clean, batches, batch_size, global_step=0):
     """A MethodContext for one UGNCL epoch start on CPU (warm-up: 1 epoch)."""
-    from ugncl.engine.context import MethodContext
-    from ugncl.engine.device import select_precision
+    from ugncl.framework.engine.context import MethodContext
+    from ugncl.framework.engine.device import select_precision
 
     cpu = torch.device("cpu")
     return MethodContext(
@@ -211,7 +211,7 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
     schedule's 2."""
     import numpy as np
 
-    from ugncl.division import divide_batch
+    from ugncl.methods.ugncl.division import divide_batch
 
     model, batch = tiny_batch(views=2)
     model.eval()
@@ -240,7 +240,7 @@ def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> Non
     the division record scores it F1 1; the model is not run."""
     import numpy as np
 
-    from ugncl.division import HARD_CLEAN, HARD_NOISY
+    from ugncl.methods.ugncl.division import HARD_CLEAN, HARD_NOISY
 
     clean = np.array([True, False, True, True, False, False])
 
@@ -264,8 +264,8 @@ def test_truth_division_refuses_a_run_without_noise_flags() -> None:
     refuse instead of training on every pair as clean."""
     import numpy as np
 
-    from ugncl.config import ConfigError
-    from ugncl.methods.ugncl import truth_division
+    from ugncl.framework.config import ConfigError
+    from ugncl.methods.ugncl.method import truth_division
 
     with pytest.raises(ConfigError, match="division_source=model"):
         truth_division(np.ones(5, bool))
@@ -283,8 +283,8 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
     no step scored are divided by a pass over them plus rivals filling a batch of K."""
     import numpy as np
 
-    from ugncl.division import UNVISITED, divide_batch
-    from ugncl.losses import lambda_schedule
+    from ugncl.methods.ugncl.division import UNVISITED, divide_batch
+    from ugncl.methods.ugncl.losses import lambda_schedule
 
     model, batch = tiny_batch(views=2)
     model.eval()  # no dropout: the step's scores equal the ones recomputed here
@@ -323,7 +323,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
 
 
 def test_training_pass_division_refuses_its_own_batch_size() -> None:
-    from ugncl.config import ConfigError
+    from ugncl.framework.config import ConfigError
 
     assert UGNCLMethod().division_pass == "separate"
     with pytest.raises(ConfigError, match="division_batch_size"):

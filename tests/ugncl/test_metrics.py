@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ugncl.metrics import (
+from ugncl.framework.metrics import (
     METRIC_KEYS,
     coco_folds,
     fold_metrics,
@@ -84,7 +84,7 @@ def test_shuffled_caption_order_and_torch_input():
 
 def test_chunked_path_matches_brute_force(monkeypatch):
     """Force many tiny chunks so the chunk boundaries are exercised."""
-    import ugncl.metrics as metrics
+    import ugncl.framework.metrics as metrics
 
     monkeypatch.setattr(metrics, "_CHUNK_ELEMENTS", 17)
     scores, c2i = random_problem(23, 5, seed=7)

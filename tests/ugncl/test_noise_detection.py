@@ -1,10 +1,10 @@
-"""One noise-detection record for every method (ugncl/noise_detection.py)."""
+"""One noise-detection record for every method (ugncl/methods/noise_detection.py)."""
 
 import numpy as np
 import pytest
 
-from ugncl.division import CLEAN, NOISY, division_quality
-from ugncl.noise_detection import detection_record, selection_sets, weight_quality
+from ugncl.methods.noise_detection import detection_record, selection_sets, weight_quality
+from ugncl.methods.ugncl.division import CLEAN, NOISY, division_quality
 
 CLEAN_FLAGS = np.array([True, True, False, False])
 

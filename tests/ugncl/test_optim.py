@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from ugncl.engine.sampling import batch_indices, epoch_order
-from ugncl.optim import build_optimizer, build_schedule, cosine_schedule, no_decay_ids
+from ugncl.framework.engine.sampling import batch_indices, epoch_order
+from ugncl.framework.optim import build_optimizer, build_schedule, cosine_schedule, no_decay_ids
 
 
 class Tiny(nn.Module):

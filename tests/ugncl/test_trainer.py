@@ -9,14 +9,14 @@ import torch
 
 from precomputed.vocab import load_vocab
 from sgraf.model import SGRAF
-from ugncl.config import DataConfig
-from ugncl.engine.device import Precision
-from ugncl.engine.recorder import MetricsRecorder
-from ugncl.engine.trainer import NonFiniteLossError, Trainer
-from ugncl.experiment import open_data_split
+from ugncl.backbones.sgraf.data import PrecomputedTrainingData
+from ugncl.backbones.sgraf.experiment import open_data_split
+from ugncl.framework.config import DataConfig
+from ugncl.framework.engine.device import Precision
+from ugncl.framework.engine.recorder import MetricsRecorder
+from ugncl.framework.engine.trainer import NonFiniteLossError, Trainer
+from ugncl.framework.optim import build_optimizer, build_schedule, step_schedule
 from ugncl.methods.base import Method
-from ugncl.optim import build_optimizer, build_schedule, step_schedule
-from ugncl.precomputed_data import PrecomputedTrainingData
 
 
 class NaNAfterFirstStep(Method):

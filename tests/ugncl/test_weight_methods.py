@@ -17,12 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ugncl.clip.losses import info_nce_per_sample
-from ugncl.methods.npc import NPCMethod, adamw_factory, pair_logits
-from ugncl.methods.osa import OSAMethod
-from ugncl.methods.sdd import SDDMethod
-from ugncl.methods.siamese import SiameseCopy, draws_random_numbers
-from ugncl.optim import build_optimizer
+from ugncl.framework.optim import build_optimizer
+from ugncl.methods.infonce import info_nce_per_sample
+from ugncl.methods.weighted.npc import NPCMethod, adamw_factory, pair_logits
+from ugncl.methods.weighted.osa import OSAMethod
+from ugncl.methods.weighted.sdd import SDDMethod
+from ugncl.methods.weighted.siamese import SiameseCopy, draws_random_numbers
 
 N_IMG, CAPS, D_IMG, VOCAB = 12, 2, 8, 16
 
@@ -141,7 +141,7 @@ def test_siamese_sync_step_and_buffers_reused():
 
 
 def test_siamese_step_that_hurts_the_bank_gives_weight_below_one():
-    from ugncl.methods.weights import significance_weight
+    from ugncl.methods.weighted.weights import significance_weight
 
     model = TinyClip()
     ctx = FakeContext(model, None)
@@ -321,8 +321,8 @@ def test_osa_no_nan_when_no_pair_exceeds_beta(tmp_path):
 
 
 def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
-    from ugncl.losses import triplet_objective
-    from ugncl.methods.osa import weighted_triplet
+    from ugncl.methods.ugncl.losses import triplet_objective
+    from ugncl.methods.weighted.osa import weighted_triplet
 
     g = torch.Generator().manual_seed(3)
     raw = torch.randn(2, 5, 5, generator=g)

@@ -6,14 +6,14 @@ Adding a method = its module (a :class:`Method` and its config dataclass) + one 
 
 from dataclasses import dataclass
 
-from ugncl.engine.context import MethodContext, StepContext
+from ugncl.framework.engine.context import MethodContext, StepContext
 from ugncl.methods.base import Method
 from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
-from ugncl.methods.npc import NPCConfig, NPCMethod
-from ugncl.methods.osa import OSAConfig, OSAMethod
-from ugncl.methods.sdd import SDDConfig, SDDMethod
 from ugncl.methods.triplet import TripletConfig, TripletMethod
-from ugncl.methods.ugncl import UGNCLConfig, UGNCLMethod
+from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod
+from ugncl.methods.weighted.npc import NPCConfig, NPCMethod
+from ugncl.methods.weighted.osa import OSAConfig, OSAMethod
+from ugncl.methods.weighted.sdd import SDDConfig, SDDMethod
 
 
 @dataclass(frozen=True)

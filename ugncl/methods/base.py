@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import Tensor, nn
 
-from ugncl.data import PairBatch
-from ugncl.engine.context import MethodContext, StepContext
-from ugncl.evaluation import view_reducer
+from ugncl.framework.data import PairBatch
+from ugncl.framework.engine.context import MethodContext, StepContext
+from ugncl.framework.evaluation import view_reducer
 
 __all__ = ["Method", "MethodContext", "StepContext"]
 
@@ -78,7 +78,7 @@ class Method(nn.Module):
 
     def retrieval_score(self, raw: Tensor) -> Tensor:
         """Raw (W, n_img, n_cap) -> the (n_img, n_cap) score evaluation ranks by
-        (``eval.eval_score``, see :func:`ugncl.evaluation.view_reducer`)."""
+        (``eval.eval_score``, see :func:`ugncl.framework.evaluation.view_reducer`)."""
         return view_reducer(self.eval_score, self.score_tau, self.score_function)(raw)
 
     def stats(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 The references' vanilla CLIP (NPC ``main_CLIP.py``): every pair of a batch counts, the loss is
 the mean over the batch of ``(CE_i2t + CE_t2i) / 2`` on ``logit_scale.exp() * cos``
-(:func:`ugncl.clip.losses.info_nce_per_sample`). Weight-based methods (NPC, SDD, OSA) subclass
+(:func:`ugncl.methods.infonce.info_nce_per_sample`). Weight-based methods (NPC, SDD, OSA) subclass
 :class:`CLIPMethod` and re-weight :meth:`CLIPMethod.per_sample_loss`. Retrieval ranks by the raw
 logit-scaled cosine (``eval.eval_score: raw``; with one view every score ranks the same).
 Optimiser and schedule (AdamW 0.9/0.98/1e-6, wd 0.2, cosine with warm-up in optimiser steps)
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ugncl.clip.losses import info_nce_per_sample
-from ugncl.data import PairBatch
-from ugncl.engine.context import StepContext
+from ugncl.framework.data import PairBatch
+from ugncl.framework.engine.context import StepContext
 from ugncl.methods.base import Method
+from ugncl.methods.infonce import info_nce_per_sample
 
 __all__ = ["CLIPMethod", "CLIPMethodConfig"]
 

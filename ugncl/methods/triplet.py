@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ugncl.data import PairBatch
-from ugncl.engine.context import StepContext
-from ugncl.losses import triplet_objective
+from ugncl.framework.data import PairBatch
+from ugncl.framework.engine.context import StepContext
 from ugncl.methods.base import Method
+from ugncl.methods.ugncl.losses import triplet_objective
 
 
 @dataclass

@@ -6,8 +6,8 @@ import open_clip
 import pytest
 import torch
 
-from ugncl.clip.adapter import build_clip
-from ugncl.clip.models import TINY_MODEL, architecture_config
+from ugncl.backbones.clip.adapter import build_clip
+from ugncl.backbones.clip.models import TINY_MODEL, architecture_config
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +85,8 @@ def test_remote_or_unknown_architectures_are_refused(name):
 
 
 def test_checkpoint_config_rebuilds_without_the_pretrained_file(tmp_path, tiny):
-    from ugncl.clip.adapter import save_clip_weights
-    from ugncl.clip.backbone import CLIPConfig, build_clip_backbone, clip_from_config
+    from ugncl.backbones.clip.adapter import save_clip_weights
+    from ugncl.backbones.clip.backbone import CLIPConfig, build_clip_backbone, clip_from_config
 
     path = save_clip_weights(tiny, tmp_path / "w.pt")
     model = build_clip_backbone(CLIPConfig(pretrained=str(path)))

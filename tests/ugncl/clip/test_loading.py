@@ -11,14 +11,14 @@ import torch
 from open_clip.model import convert_weights_to_lp
 from torch import nn
 
-from ugncl.clip.adapter import build_clip, save_clip_weights
-from ugncl.clip.loading import (
+from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
+from ugncl.backbones.clip.loading import (
     LoadedWeights,
     WeightsError,
     read_weights,
     resolve_quick_gelu,
 )
-from ugncl.clip.models import TINY_MODEL, clip_tokenizer
+from ugncl.backbones.clip.models import TINY_MODEL, clip_tokenizer
 
 
 def _reference(quick_gelu: bool, seed: int = 0) -> nn.Module:

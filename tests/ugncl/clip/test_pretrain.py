@@ -12,9 +12,9 @@ import torch
 from PIL import Image, ImageDraw
 
 from precomputed.synthetic import make_synthetic
-from ugncl.clip.adapter import build_clip
-from ugncl.clip.models import TINY_MODEL
-from ugncl.clip.pretrain import (
+from ugncl.backbones.clip.adapter import build_clip
+from ugncl.backbones.clip.models import TINY_MODEL
+from ugncl.backbones.clip.pretrain import (
     PretrainConfig,
     load_world_settings,
     make_pool,

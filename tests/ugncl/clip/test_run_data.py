@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from precomputed.image_layout import open_image_split
-from ugncl.clip.backbone import CLIPConfig, pretrained_path
-from ugncl.clip.losses import clip_loss
-from ugncl.clip.run_data import ImageEvalData, image_naming
-from ugncl.config import ConfigError, DataConfig, ImageDataConfig
-from ugncl.data import PairBatch
+from ugncl.backbones.clip.backbone import CLIPConfig, pretrained_path
+from ugncl.backbones.clip.run_data import ImageEvalData, image_naming
+from ugncl.framework.config import ConfigError, DataConfig, ImageDataConfig
+from ugncl.framework.data import PairBatch
 from ugncl.methods.clip import CLIPMethod
+from ugncl.methods.infonce import clip_loss
 
 from ...precomputed.clip_layout import image_number, write_clip_dataset
 
@@ -101,8 +101,8 @@ def test_clip_method_is_the_mean_symmetric_info_nce():
 
 
 def test_scores_stay_float32_under_autocast():
-    from ugncl.clip.adapter import build_clip
-    from ugncl.clip.models import TINY_MODEL
+    from ugncl.backbones.clip.adapter import build_clip
+    from ugncl.backbones.clip.models import TINY_MODEL
 
     torch.manual_seed(0)
     model = build_clip(TINY_MODEL, image_size=32, context_length=16).eval()

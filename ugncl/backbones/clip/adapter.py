@@ -1,0 +1,233 @@
+"""``CLIPSimilarity``: an open_clip model behind the package's similarity-model interface.
+
+One view (W = 1). The raw score of (image i, caption k) is ``logit_scale.exp() * cos(i, k)``,
+the x~100 scale on which NPC, SDD and OSA put every threshold
+(reference_implementations.md section 0). Embeddings are L2-normalised by the encoders, so
+evaluation encodes each image and caption once and scores by matrix products in blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import open_clip
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from ugncl.framework.engine.checkpoint import save_checkpoint
+from ugncl.framework.similarity import SimilarityModel
+
+from .loading import (
+    WEIGHTS_FORMAT_KEY,
+    LoadedWeights,
+    load_state_into,
+    read_weights,
+    resolve_quick_gelu,
+)
+from .models import TINY_MODEL, architecture_config, clip_tokenizer
+
+__all__ = ["DEFAULT_MEMORY_BUDGET", "CLIPSimilarity", "build_clip", "save_clip_weights"]
+
+#: Default bound on one score block (float32 elements x 4 bytes): 256 MiB.
+DEFAULT_MEMORY_BUDGET = 256 << 20
+
+
+class CLIPSimilarity(SimilarityModel):
+    """An open_clip ``CLIP`` as a one-view similarity model.
+
+    Attributes:
+        backbone: ``"clip"`` (the backbone registry name).
+        num_views: 1.
+        model: the wrapped open_clip model (fp32 parameters; autocast is the trainer's job).
+        config: plain dict that rebuilds this model through :func:`build_clip`.
+    """
+
+    backbone = "clip"
+
+    def __init__(self, model: nn.Module, config: dict) -> None:
+        super().__init__()
+        self.model = model
+        self.num_views = 1
+        self.config = dict(config)
+
+    @property
+    def logit_scale(self) -> Tensor:
+        """The learnable log temperature (``exp`` is ~100 for pretrained CLIP)."""
+        return self.model.logit_scale
+
+    @property
+    def image_size(self) -> int:
+        return int(self.config["image_size"])
+
+    @property
+    def context_length(self) -> int:
+        return int(self.config["context_length"])
+
+    def tokenizer(self) -> open_clip.tokenizer.SimpleTokenizer:
+        """open_clip's BPE tokenizer (offline vocabulary) at this model's context length."""
+        return clip_tokenizer(self.config["model_name"], self.context_length)
+
+    def image_transform(self, *, train: bool = False):
+        """open_clip's preprocessing (resize, centre crop, CLIP mean/std) for this model."""
+        cfg = open_clip.get_model_preprocess_cfg(self.model)
+        return open_clip.image_transform(
+            cfg["size"], is_train=train, mean=cfg["mean"], std=cfg["std"],
+            interpolation=cfg["interpolation"], resize_mode=cfg["resize_mode"],
+        )  # fmt: skip
+
+    def encode_images(self, images: Tensor) -> Tensor:
+        """(n, 3, H, W) normalised pixels -> (n, d) L2-normalised image embeddings."""
+        return F.normalize(self.model.encode_image(images), dim=-1)
+
+    def encode_captions(self, captions: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """(n, ctx) token ids (SOT ... EOT, zero padded) -> (n, d) L2-normalised embeddings.
+
+        ``lengths`` is accepted for the interface and unused: CLIP pools at the EOT token
+        (the largest id), which the padding cannot move.
+        """
+        if captions.shape[-1] != self.context_length:
+            raise ValueError(
+                f"captions have {captions.shape[-1]} tokens, the model's context is "
+                f"{self.context_length}; tokenise with model.tokenizer()"
+            )
+        return F.normalize(self.model.encode_text(captions), dim=-1)
+
+    def score(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """(n_img, d), (n_cap, d) -> (1, n_img, n_cap) raw float32 scores
+        ``logit_scale.exp() * cos``.
+
+        Computed in float32 with autocast off: on the x~100 scale bf16 would round a logit by
+        up to 0.25 (fp16 by 0.03), and the (K, K) product is cheap next to the encoders.
+        """
+        with torch.autocast(img_emb.device.type, enabled=False):
+            scale = self.logit_scale.float().exp()
+            return (scale * img_emb.float() @ cap_emb.float().t()).unsqueeze(0)
+
+    def forward(self, images: Tensor, captions: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """(n_img, 3, H, W), (n_cap, ctx) -> (1, n_img, n_cap) raw scores."""
+        return self.score(
+            self.encode_images(images), self.encode_captions(captions, lengths), lengths
+        )
+
+    @torch.no_grad()
+    def score_all_pairs(
+        self,
+        img_emb: Tensor,
+        cap_emb: Tensor,
+        lengths: Tensor | None = None,
+        *,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+        view_reduce: Callable[[Tensor], Tensor] | None = None,
+        out_device: str | torch.device = "cpu",
+    ) -> Tensor:
+        """Every (image, caption) score of a split, by matrix products in blocks.
+
+        Args:
+            img_emb: (n_img, d) from :meth:`encode_images` (one row per image), any device.
+            cap_emb: (n_cap, d) from :meth:`encode_captions`.
+            lengths: unused (interface).
+            memory_budget_bytes: bound on one float32 score block, computed on the model's
+                device before it is copied into the result.
+            view_reduce: maps a raw (1, a, b) block to (a, b); None keeps the view axis.
+            out_device: where the result is allocated.
+
+        Returns:
+            float32 (1, n_img, n_cap) equal to :meth:`score` on the whole split, or
+            (n_img, n_cap) after ``view_reduce``.
+        """
+        n_img, n_cap = img_emb.shape[0], cap_emb.shape[0]
+        shape = (n_img, n_cap) if view_reduce is not None else (1, n_img, n_cap)
+        out = torch.empty(shape, dtype=torch.float32, device=out_device)
+        if n_img == 0 or n_cap == 0:
+            return out
+        device = self.logit_scale.device
+        cols = max(1, min(n_cap, memory_budget_bytes // 4))
+        rows = max(1, min(n_img, memory_budget_bytes // (4 * cols)))
+        scale = self.logit_scale.detach().float().exp()
+        img = img_emb.to(device, torch.float32)
+        cap = cap_emb.to(device, torch.float32)
+        for r in range(0, n_img, rows):
+            for c in range(0, n_cap, cols):
+                raw = (scale * img[r : r + rows] @ cap[c : c + cols].t()).unsqueeze(0)
+                block = view_reduce(raw) if view_reduce is not None else raw
+                out[..., r : r + rows, c : c + cols] = block.to(out.device, torch.float32)
+        return out
+
+
+def _drop_random_init_warning(record: logging.LogRecord) -> bool:
+    return "No pretrained weights loaded" not in record.getMessage()
+
+
+def build_clip(
+    model_name: str = TINY_MODEL,
+    pretrained: str | Path | None = None,
+    quick_gelu: bool | None = None,
+    *,
+    image_size: int | None = None,
+    context_length: int | None = None,
+) -> CLIPSimilarity:
+    """Build an open_clip architecture, optionally with weights from a local file.
+
+    Args:
+        model_name: a registered open_clip architecture (``ViT-B-32``, ``ugncl-tiny`` ...).
+        pretrained: a weights file on this machine, or None for random init. Hub tags fail
+            at once (:mod:`ugncl.backbones.clip.loading`); nothing downloads.
+        quick_gelu: the activation; None lets the file (OpenAI layout -> True) or the
+            architecture config decide, and refuses when neither can.
+        image_size: override the architecture's image size (random init only: position
+            embeddings of a file must fit).
+        context_length: override the text context (same caveat).
+
+    Raises:
+        ValueError: unknown architecture, remote name, a hub tag, an unreadable or
+            mismatching file, or a QuickGELU conflict (:class:`WeightsError`).
+    """
+    cfg = architecture_config(model_name)
+    weights: LoadedWeights | None = None
+    if pretrained is not None:
+        weights = read_weights(pretrained)
+    use_quick_gelu = resolve_quick_gelu(
+        quick_gelu, weights, cfg.get("quick_gelu"), source=str(pretrained)
+    )
+    # pretrained=None: open_clip never resolves a tag or touches the hub; the state dict is
+    # loaded below. precision fp32 keeps fp32 master weights (the OpenAI loader casts to fp16).
+    # open_clip then warns "No pretrained weights loaded" on the root logger: false once
+    # load_state_into has run, and what was asked for a random init, so it is filtered out.
+    root = logging.getLogger()
+    root.addFilter(_drop_random_init_warning)
+    try:
+        model = open_clip.create_model(
+            model_name, pretrained=None, precision="fp32", device="cpu",
+            force_image_size=image_size, force_context_length=context_length,
+            pretrained_image=False, pretrained_text=False, quick_gelu=use_quick_gelu,
+        )  # fmt: skip
+    finally:
+        root.removeFilter(_drop_random_init_warning)
+    if weights is not None:
+        load_state_into(model, weights, source=str(pretrained), model_name=model_name)
+    size = model.visual.image_size
+    config = {
+        "backbone": "clip",
+        "model_name": model_name,
+        "pretrained": None if pretrained is None else str(pretrained),
+        "quick_gelu": use_quick_gelu,
+        "image_size": int(size[0] if isinstance(size, tuple | list) else size),
+        "context_length": int(model.context_length),
+        "embed_dim": int(cfg["embed_dim"]),
+    }
+    return CLIPSimilarity(model, config)
+
+
+def save_clip_weights(model: CLIPSimilarity, path: str | Path, **meta: object) -> Path:
+    """Write ``{"ugncl_clip": config, "state_dict": fp32 weights, **meta}`` atomically.
+
+    The file loads with ``weights_only=True`` and as ``pretrained=`` of :func:`build_clip`
+    (its recorded ``quick_gelu`` is the detection evidence).
+    """
+    state = {k: v.detach().float().cpu().clone() for k, v in model.model.state_dict().items()}
+    config = {**model.config, "pretrained": None}
+    extra = {k: v for k, v in meta.items() if k not in ("state_dict", WEIGHTS_FORMAT_KEY)}
+    return save_checkpoint({WEIGHTS_FORMAT_KEY: config, "state_dict": state, **extra}, path)

@@ -1,0 +1,381 @@
+"""A stand-in for web pretraining: the tiny CLIP on a clean pool of synthetic scenes.
+
+Every CLIP method fine-tunes a pretrained model and none can be downloaded, so the synthetic
+CLIP track starts from a tiny open_clip model pretrained here with plain symmetric InfoNCE
+(CLIP's loss) on scenes drawn from the same world as the train/dev/test splits but:
+
+* from another random stream: the world's splits draw scenes and captions from
+  ``default_rng([seed, code, 1])`` / ``([seed, code, 3])`` with codes 0/1/2
+  (``precomputed.synthetic.writer``); the pool uses code :data:`POOL_CODE` + ``offset``;
+* with every scene that equals a split scene (same scene type and the same objects)
+  dropped, so no test image is seen in pretraining;
+* clean: each pool image is paired with its own 5 captions (no noise).
+
+The renderer is passed in (``render(scene_record, size) -> PIL.Image``:
+``precomputed.synthetic.render.render_scene``), so this module does not depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from precomputed.synthetic import CAPTIONS_PER_IMAGE, DATASET_NAME, caption_scene, sample_scenes
+from ugncl.framework.metrics import retrieval_metrics
+
+from .adapter import CLIPSimilarity
+
+if TYPE_CHECKING:
+    import PIL.Image
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "POOL_CODE",
+    "PretrainConfig",
+    "Renderer",
+    "load_scenes",
+    "load_world_settings",
+    "make_pool",
+    "pretrain",
+    "render_images",
+    "scene_key",
+    "tokenize_captions",
+    "zero_shot",
+]
+
+#: Split code of the pretraining pool's random streams (the world uses 0/1/2).
+POOL_CODE = 7
+#: CLIP's upper bound on the temperature (open_clip training clamps logit_scale to ln 100).
+MAX_LOGIT_SCALE = math.log(100.0)
+
+#: ``render(scene_record, size) -> PIL.Image`` (``precomputed.synthetic.render.render_scene``).
+Renderer = Callable[[dict, int], "PIL.Image.Image"]
+
+
+def load_world_settings(data_root: str | Path) -> dict:
+    """``world.json`` of a generated synthetic world (seed, sharing, partialness, sizes)."""
+    path = Path(data_root) / DATASET_NAME / "world.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found; generate the world first: python tools/make_synthetic.py "
+            f"--out {data_root}"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_scenes(path: str | Path) -> list[dict]:
+    """Scene records of one split from ``{split}_scenes.jsonl`` (one JSON object per line)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def scene_key(scene: dict) -> tuple:
+    """What a scene record looks like, independent of its id: type + sorted objects."""
+    objs = sorted((o["category"], o["colour"], o["size"], o["position"]) for o in scene["objects"])
+    return (scene["scene_type"], *objs)
+
+
+def make_pool(
+    settings: dict, num_scenes: int, exclude: Iterable[dict] = (), *, offset: int = 0
+) -> tuple[list[dict], list[list[str]], int]:
+    """Draw a clean pretraining pool from the world's generators on a disjoint stream.
+
+    Args:
+        settings: ``world.json`` (``seed``, ``attribute_sharing``, ``partialness``).
+        num_scenes: pool images to return (after dropping duplicates of ``exclude``).
+        exclude: scene records of the train/dev/test splits; equal scenes are redrawn.
+        offset: shifts the stream (another pool of the same world).
+
+    Returns:
+        (scene records as in ``{split}_scenes.jsonl``, captions per scene (5 each), number of
+        drawn scenes dropped as duplicates of ``exclude``).
+    """
+    if num_scenes < 1:
+        raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
+    seed, code = int(settings["seed"]), POOL_CODE + int(offset)
+    banned = {scene_key(s) for s in exclude}
+    scene_rng = np.random.default_rng([seed, code, 1])
+    cap_rng = np.random.default_rng([seed, code, 3])
+    scenes: list[dict] = []
+    captions: list[list[str]] = []
+    dropped = 0
+    while len(scenes) < num_scenes:
+        drawn = sample_scenes(
+            scene_rng, num_scenes - len(scenes), sharing=settings["attribute_sharing"]
+        )
+        for scene in drawn:
+            record = scene.to_dict()
+            if scene_key(record) in banned:
+                dropped += 1
+                continue
+            scene.image_id = record["image_id"] = len(scenes)
+            scenes.append(record)
+            captions.append(
+                caption_scene(cap_rng, scene, CAPTIONS_PER_IMAGE, settings["partialness"])
+            )
+    return scenes, captions, dropped
+
+
+def render_images(scenes: Sequence[dict], render: Renderer, size: int) -> Tensor:
+    """Render scene records to a uint8 (N, 3, size, size) tensor (ToTensor's input x255)."""
+    out = torch.empty((len(scenes), 3, size, size), dtype=torch.uint8)
+    for i, scene in enumerate(scenes):
+        img = np.array(render(scene, size).convert("RGB"), dtype=np.uint8)
+        if img.shape != (size, size, 3):
+            raise ValueError(f"renderer returned {img.shape} for size {size}")
+        out[i] = torch.from_numpy(img).permute(2, 0, 1)
+    return out
+
+
+def tokenize_captions(model: CLIPSimilarity, captions: Sequence[str]) -> Tensor:
+    """(n, ctx) token ids with open_clip's tokenizer at the model's context length."""
+    return model.tokenizer()(list(captions))
+
+
+def _normaliser(model: CLIPSimilarity) -> Callable[[Tensor], Tensor]:
+    """uint8 (n, 3, H, W) at the model's image size -> CLIP-normalised float pixels.
+
+    Equal to open_clip's eval transform (resize and centre crop are the identity at the
+    model's size; ToTensor; Normalize with the model's mean/std).
+    """
+    from open_clip import get_model_preprocess_cfg
+
+    cfg = get_model_preprocess_cfg(model.model)
+    mean = torch.tensor(cfg["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(cfg["std"]).view(1, 3, 1, 1)
+
+    def normalise(u8: Tensor) -> Tensor:
+        if u8.shape[-1] != model.image_size or u8.shape[-2] != model.image_size:
+            raise ValueError(f"images are {tuple(u8.shape[-2:])}, model takes {model.image_size}")
+        return (u8.float() / 255.0 - mean) / std
+
+    return normalise
+
+
+@dataclass
+class PretrainConfig:
+    """Optimisation of the stand-in pretraining (CLIP's recipe, sized for 2 CPU cores).
+
+    AdamW betas 0.9/0.98, eps 1e-6 (CLIP); weight decay on matrices only (open_clip's rule:
+    no decay for gains, biases and logit_scale); linear warm-up then cosine, in optimiser steps.
+    """
+
+    # 400 steps (rSum ~148 zero-shot) leave room for fine-tuning to show; 1500 steps (rSum
+    # ~248) already sit where 3 clean fine-tuning epochs end (README "The CLIP track").
+    steps: int = 400
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.2
+    warmup_steps: int = 100
+    seed: int = 0
+    log_every: int = 50
+
+
+def _param_groups(model: CLIPSimilarity, weight_decay: float) -> list[dict]:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        skip = p.ndim < 2 or "logit_scale" in name or "ln" in name or "bias" in name
+        (no_decay if skip else decay).append(p)
+    return [
+        {"params": no_decay, "weight_decay": 0.0},
+        {"params": decay, "weight_decay": weight_decay},
+    ]
+
+
+def _lr_at(step: int, cfg: PretrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))) * cfg.lr
+
+
+def symmetric_infonce(logits: Tensor) -> Tensor:
+    """CLIP's loss on a (B, B) image x caption logit matrix with matches on the diagonal."""
+    target = torch.arange(logits.shape[0], device=logits.device)
+    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target))
+
+
+def pretrain(
+    model: CLIPSimilarity,
+    images: Tensor,
+    tokens: Tensor,
+    cfg: PretrainConfig,
+    *,
+    log: Callable[[dict], None] | None = None,
+) -> dict:
+    """Train ``model`` in place with symmetric InfoNCE on a clean pool.
+
+    Args:
+        model: the CLIP adapter (fp32, CPU or a device: batches follow its parameters).
+        images: uint8 (N, 3, S, S) pool images at the model's image size.
+        tokens: (N, C, ctx) token ids, C captions per image; each step pairs every image
+            of the batch with one of its captions drawn at random.
+        cfg: optimisation settings.
+        log: called with a record every ``cfg.log_every`` steps and at the end.
+
+    Returns:
+        Summary: steps, pairs, wall seconds, pairs/s, first and last logged loss.
+    """
+    n = images.shape[0]
+    if tokens.shape[0] != n or tokens.ndim != 3:
+        raise ValueError(f"tokens must be (N={n}, captions, ctx), got {tuple(tokens.shape)}")
+    if cfg.batch_size < 2 or cfg.batch_size > n:
+        raise ValueError(f"batch_size must be in [2, {n}] (pool size), got {cfg.batch_size}")
+    device = next(model.parameters()).device
+    normalise = _normaliser(model)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(
+        _param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6,
+        fused=device.type in ("cpu", "cuda"),
+    )  # fmt: skip
+    model.train()
+    order, pos = torch.randperm(n, generator=gen), 0
+    history: list[dict] = []
+    window: list[float] = []
+    start = time.perf_counter()
+    for step in range(cfg.steps):
+        if pos + cfg.batch_size > n:  # new epoch over the pool; drop the ragged tail
+            order, pos = torch.randperm(n, generator=gen), 0
+        idx = order[pos : pos + cfg.batch_size]
+        pos += cfg.batch_size
+        pick = torch.randint(tokens.shape[1], (len(idx),), generator=gen)
+        pixels = normalise(images[idx]).to(device)
+        caps = tokens[idx, pick].to(device)
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        loss = symmetric_infonce(model(pixels, caps)[0])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(0.0, MAX_LOGIT_SCALE)
+        window.append(loss.item())
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            elapsed = time.perf_counter() - start
+            rec = {
+                "step": step + 1, "loss": float(np.mean(window)), "lr": _lr_at(step, cfg),
+                "logit_scale": model.logit_scale.exp().item(), "seconds": round(elapsed, 2),
+                "pairs_per_s": round((step + 1) * cfg.batch_size / elapsed, 1),
+            }  # fmt: skip
+            history.append(rec)
+            window = []
+            if log is not None:
+                log(rec)
+    model.eval()
+    seconds = time.perf_counter() - start
+    return {
+        "steps": cfg.steps, "pairs": cfg.steps * cfg.batch_size, "pool_images": n,
+        "seconds": round(seconds, 2), "pairs_per_s": round(cfg.steps * cfg.batch_size / seconds, 1),
+        "ms_per_step": round(1000 * seconds / cfg.steps, 1),
+        "first_loss": history[0]["loss"], "last_loss": history[-1]["loss"], "config": asdict(cfg),
+    }  # fmt: skip
+
+
+@torch.no_grad()
+def zero_shot(
+    model: CLIPSimilarity,
+    images: Tensor,
+    tokens: Tensor,
+    captions_per_image: int,
+    *,
+    batch: int = 256,
+) -> dict[str, float]:
+    """Retrieval metrics of ``model`` as it is (no training) on a rendered split.
+
+    Args:
+        images: uint8 (n_img, 3, S, S).
+        tokens: (n_cap, ctx) in SCAN order: caption k describes image k // captions_per_image.
+    """
+    n_img, n_cap = images.shape[0], tokens.shape[0]
+    if n_cap != n_img * captions_per_image:
+        raise ValueError(f"{n_cap} captions for {n_img} images x {captions_per_image}")
+    device = next(model.parameters()).device
+    normalise = _normaliser(model)
+    model.eval()
+    img = torch.cat(
+        [
+            model.encode_images(normalise(images[i : i + batch]).to(device))
+            for i in range(0, n_img, batch)
+        ]
+    )
+    cap = torch.cat(
+        [model.encode_captions(tokens[i : i + batch].to(device)) for i in range(0, n_cap, batch)]
+    )
+    scores = model.score_all_pairs(img, cap)
+    return retrieval_metrics(scores[0], np.arange(n_cap) // captions_per_image)
+
+
+def read_split(data_root: str | Path, split: str) -> tuple[list[dict], list[str]]:
+    """(scenes, captions in SCAN order) of one split of a generated synthetic world."""
+    folder = Path(data_root) / DATASET_NAME
+    scenes = load_scenes(folder / f"{split}_scenes.jsonl")
+    captions = (folder / f"{split}_caps.txt").read_text(encoding="utf-8").splitlines()
+    if len(captions) != len(scenes) * CAPTIONS_PER_IMAGE:
+        raise ValueError(
+            f"{folder}: {len(captions)} {split} captions for {len(scenes)} scenes "
+            f"(expected {CAPTIONS_PER_IMAGE} each); regenerate the world"
+        )
+    return scenes, captions
+
+
+def pretrain_on_world(
+    model: CLIPSimilarity,
+    data_root: str | Path,
+    render: Renderer,
+    cfg: PretrainConfig,
+    *,
+    pool_size: int,
+    offset: int = 0,
+    eval_split: str | None = "test",
+    log: Callable[[dict], None] | None = None,
+) -> dict:
+    """Draw, render and tokenise a pool disjoint from the world's splits, pretrain, evaluate.
+
+    Returns:
+        Record with ``pool`` (size, duplicates dropped, render seconds), ``train`` (see
+        :func:`pretrain`) and ``zero_shot`` (metrics on ``eval_split`` after training; absent
+        when ``eval_split`` is None).
+    """
+    settings = load_world_settings(data_root)
+    splits = {s: read_split(data_root, s) for s in ("train", "dev", "test")}
+    exclude = [scene for scenes, _ in splits.values() for scene in scenes]
+    t0 = time.perf_counter()
+    scenes, captions, dropped = make_pool(settings, pool_size, exclude, offset=offset)
+    images = render_images(scenes, render, model.image_size)
+    flat = tokenize_captions(model, [c for caps in captions for c in caps])
+    tokens = flat.view(len(scenes), CAPTIONS_PER_IMAGE, -1)
+    pool = {
+        "images": len(scenes), "captions": int(flat.shape[0]), "duplicates_dropped": dropped,
+        "code": POOL_CODE + offset, "world_seed": int(settings["seed"]),
+        "prepare_seconds": round(time.perf_counter() - t0, 2),
+    }  # fmt: skip
+    if log is not None:
+        log({"pool": pool})
+    record = {"pool": pool, "train": pretrain(model, images, tokens, cfg, log=log)}
+    if eval_split is not None:
+        t1 = time.perf_counter()
+        ev_scenes, ev_caps = splits[eval_split]
+        metrics = zero_shot(
+            model, render_images(ev_scenes, render, model.image_size),
+            tokenize_captions(model, ev_caps), CAPTIONS_PER_IMAGE,
+        )  # fmt: skip
+        record["zero_shot"] = {
+            "split": eval_split,
+            **metrics,
+            "seconds": round(time.perf_counter() - t1, 2),
+        }
+    return record

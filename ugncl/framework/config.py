@@ -1,0 +1,571 @@
+"""Typed experiment configuration: YAML files with one base, dotted overrides, strict keys.
+
+A config file may name a base with ``_base_: base.yaml`` (one level, resolved relative to the
+file); a file without ``_base_`` inherits ``configs/base.yaml`` all the same, so every config
+starts from the same defaults (``_base_: null`` opts out: the file must then be complete, as the
+``config.yaml`` saved in a run directory is). ``--set a.b=value`` overrides are applied last;
+values are parsed as YAML scalars. A key given twice in one mapping of a file is an error.
+Relative ``data.root``, ``data.vocab``, ``data.noise_file`` and a ``model.clip.pretrained`` that
+looks like a path are resolved against the current working directory when the config is loaded
+and stored absolute, so a saved config (and a ``--resume`` from another directory) names the
+same files. Every key must exist in the
+dataclasses below, where ``model.<backbone>`` and ``method.<name>`` sections come from the
+registries (``ugncl.framework.build.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an
+error
+that suggests the closest valid key. Below this module nothing sees a dict: the builders
+(``ugncl.framework.build``) unpack these objects into explicit constructor arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import math
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from precomputed.errors import UserError
+
+if typing.TYPE_CHECKING:  # the class is made from the registries on first use (__getattr__)
+    Config = Any
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+BASE_KEY = "_base_"
+DEFAULT_BASE = CONFIG_DIR / "base.yaml"
+# Path-valued keys resolved against the working directory at load time.
+PATH_KEYS = ("data.root", "data.vocab", "data.noise_file", "data.estimator.root")
+# Keys holding a path or a word (``random``, a hub tag to refuse): resolved only when the value
+# looks like a path (a ``/``, a suffix or ``~``).
+PATH_OR_WORD_KEYS = ("model.clip.pretrained",)
+
+
+class ConfigError(UserError, ValueError):
+    """A config file, key or value is wrong; the message says which and how to fix it."""
+
+
+@dataclass
+class ImageDataConfig:
+    """``data.clip``: how a raw-image dataset of the CLIP track names and lays out its files.
+
+    The dataset folder is ``<data.root>/<data.name>`` holding ``images/`` and ``annotations/``
+    (``precomputed.image_layout``); splits, captions per image, caps and noise are the shared
+    ``data.*`` keys, so one noise file drives both tracks.
+    """
+
+    # auto: from data.name (f30k, coco, cc120k, synthetic_clip); else f30k | coco | cc.
+    naming: str = "auto"
+    layout: str = "auto"  # auto | scan_split (NPC/SDD) | osa
+    check_files: bool = True  # stat every image when a split opens (names what is missing)
+
+
+@dataclass
+class EstimatorViewConfig:
+    """``data.estimator``: the same training pairs in another backbone's input format, for a
+    frozen estimator of that backbone (OSA's CLIP estimator weighting an SGRAF run).
+
+    The view is the folder ``<root or data.root>/<name>`` read like a run of ``backbone``; it
+    must hold the same training split (same images and captions, in order) and gives the
+    same noise index under the run's ``data.*`` noise keys, else the run refuses to start.
+    """
+
+    backbone: str = "clip"  # whose input format (clip: raw images, data.clip.* naming/layout)
+    name: str | None = None  # null: no second view; e.g. synthetic_clip
+    root: str | None = None  # null: data.root
+
+
+@dataclass
+class DataConfig:
+    """Where the split lives (precomputed features or, for the CLIP backbone, raw images under
+    ``root/name``) and which noisy index to train on."""
+
+    # Defaults equal configs/base.yaml (tests/ugncl/test_config.py checks it): a config built
+    # without a file (tools/eval.py on a checkpoint without a config) gets the same values.
+    root: str = "data/scan"
+    name: str = "f30k_precomp"
+    # SCAN vocabulary JSON; null -> <root>/<name>_vocab.json, then <root>/vocab/<name>_vocab.json.
+    vocab: str | None = None
+    captions_per_image: int = 5
+    train_split: str = "train"
+    dev_split: str = "dev"
+    test_split: str = "test"
+    # Dev subset (first N images and their captions) used for per-epoch validation.
+    dev_images: int | None = 1000
+    # Optional cap on training images (first N); null uses the whole split.
+    train_images: int | None = None
+    noise_ratio: float = 0.2
+    noise_seed: int = 0
+    # An existing noise index (NCR caption format, or UGNCL image permutation with
+    # noise_format: image). When set, noise_ratio/noise_seed are not used to build one.
+    noise_file: str | None = None
+    noise_format: str = "caption"
+    allow_nonfinite: bool = False
+    num_workers: int = 0
+    # Longest caption in tokens (<start>/<end> included); longer ones are cut and counted
+    # (the ``setup`` record's ``n_truncated_captions``). null: no cap.
+    max_caption_tokens: int | None = 100
+    clip: ImageDataConfig = field(default_factory=ImageDataConfig)
+    estimator: EstimatorViewConfig = field(default_factory=EstimatorViewConfig)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and run control. Warm-up epochs come before ``epochs`` main epochs."""
+
+    epochs: int = 40
+    warmup_epochs: int = 5
+    batch_size: int = 128
+    lr: float = 2e-4
+    optimizer: str = "adam"  # adam | adamw
+    weight_decay: float = 0.0  # > 0: biases, norms, embeddings, logit_scale are exempt
+    # Weight decay of the image projection alone (SGRAF's per-view fc weights, the map that
+    # reads each image's raw features), per unit of the training features' RMS: the decay
+    # applied is this x RMS, so it means the same for features of any scale. null:
+    # train.weight_decay (README "The image projection's weight decay").
+    image_decay_per_rms: float | None = None
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    schedule: str = "step"  # step (per epoch) | cosine (per optimiser step)
+    lr_update: int = 20  # step: lr x lr_decay every lr_update main epochs (warm-up runs at lr)
+    lr_decay: float = 0.1
+    warmup_steps: int = 0  # cosine: linear warm-up over this many optimiser steps
+    grad_clip: float = 2.0
+    amp: str = "auto"  # auto (bf16/fp16 on CUDA, off on CPU) | off | bf16 | fp16
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    seed: int | None = None  # null -> drawn once, logged and written to config.yaml
+    log_every: int = 50
+    eval_batch_size: int = 128
+    # Stop this invocation after N epochs (preemptible jobs); --resume continues the run.
+    stop_after_epochs: int | None = None
+    threads: int | None = None  # torch CPU threads; null keeps torch's default
+
+
+@dataclass
+class EvalConfig:
+    # evidence | evidence_mean_exp | sigmoid | raw (ugncl.framework.evaluation.EVAL_SCORES)
+    eval_score: str = "evidence"
+    memory_budget_mb: int = 512
+    test_after_training: bool = True
+
+
+@dataclass
+class RunConfig:
+    out_dir: str = "runs"
+    name: str | None = None  # null -> <config stem>-<timestamp>
+
+
+def _sections(name: str, doc: str, selector: tuple[str, str], registry: Mapping) -> type:
+    """A config dataclass with a selector key and one section per registry entry."""
+    key, default = selector
+    fields = [(key, str, field(default=default))]
+    fields += [(n, spec.config, field(default_factory=spec.config)) for n, spec in registry.items()]
+    cls = dataclasses.make_dataclass(name, fields)
+    cls.__doc__ = doc
+    cls.__module__ = __name__
+    return cls
+
+
+@functools.cache
+def _config_classes(backbones: tuple, methods: tuple) -> tuple[type, type, type]:
+    """(Config, ModelConfig, MethodConfig) for the registries' current entries.
+
+    Cached by the registries' content, so registering a backbone or method (a plug-in, a
+    test) gives it a config section and unregistering it gives back the same classes."""
+    model_cls = _sections(
+        "ModelConfig",
+        "``backbone`` selects the model; one section per backbone "
+        "(``ugncl.framework.build.BACKBONES``).",
+        ("backbone", "sgraf"),
+        dict(backbones),
+    )
+    method_cls = _sections(
+        "MethodConfig",
+        "``name`` selects the method; one section per method (``ugncl.methods.METHODS``).",
+        ("name", "ugncl"),
+        dict(methods),
+    )
+
+    @dataclass
+    class Config:
+        data: DataConfig = field(default_factory=DataConfig)
+        model: model_cls = field(default_factory=model_cls)
+        method: method_cls = field(default_factory=method_cls)
+        train: TrainConfig = field(default_factory=TrainConfig)
+        eval: EvalConfig = field(default_factory=EvalConfig)
+        run: RunConfig = field(default_factory=RunConfig)
+
+        def to_dict(self) -> dict[str, Any]:
+            return dataclasses.asdict(self)
+
+    Config.__qualname__ = "Config"
+    Config.__annotations__ = {
+        "data": DataConfig, "model": model_cls, "method": method_cls, "train": TrainConfig,
+        "eval": EvalConfig, "run": RunConfig,
+    }  # fmt: skip
+    return Config, model_cls, method_cls
+
+
+def config_class() -> type:
+    """The :class:`Config` class for the backbones and methods registered now."""
+    return _registered_classes()[0]
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """Allowed values of string keys: run-level ones plus each section's ``CHOICES``."""
+    from ugncl.framework.build import BACKBONES
+    from ugncl.framework.evaluation import EVAL_SCORES
+    from ugncl.framework.optim import OPTIMIZERS, SCHEDULES
+    from ugncl.methods import METHODS
+
+    out = dict(CHOICES)
+    out["eval.eval_score"] = tuple(EVAL_SCORES)
+    out["model.backbone"] = tuple(BACKBONES)
+    out["data.estimator.backbone"] = tuple(n for n, b in BACKBONES.items() if b.open_view)
+    out["method.name"] = tuple(METHODS)
+    out["train.optimizer"] = tuple(OPTIMIZERS)
+    out["train.schedule"] = tuple(SCHEDULES)
+    for prefix, registry in (("model", BACKBONES), ("method", METHODS)):
+        for name, spec in registry.items():
+            for key, options in getattr(spec.config, "CHOICES", {}).items():
+                out[f"{prefix}.{name}.{key}"] = tuple(options)
+    return out
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "train.amp": ("auto", "off", "bf16", "fp16"),
+    "data.noise_format": ("caption", "image"),
+    "data.clip.naming": ("auto", "f30k", "coco", "cc"),
+    "data.clip.layout": ("auto", "scan_split", "osa"),
+}
+
+# Numeric ranges checked at load (rule name -> (test, wording)); null passes for optional keys.
+_RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
+    ">0": (lambda v: v > 0, "> 0"),
+    ">=0": (lambda v: v >= 0, ">= 0"),
+    ">=1": (lambda v: v >= 1, ">= 1"),
+    ">=2": (lambda v: v >= 2, ">= 2 (in-batch negatives and BatchNorm)"),
+    ">=3": (lambda v: v >= 3, ">= 3 (<start>, one word, <end>)"),
+    "[0,1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
+}
+RANGES: dict[str, str] = {
+    "data.captions_per_image": ">=1",
+    "data.dev_images": ">=1",
+    "data.train_images": ">=1",
+    "data.noise_ratio": "[0,1)",
+    "data.noise_seed": ">=0",
+    "data.num_workers": ">=0",
+    "data.max_caption_tokens": ">=3",
+    "train.epochs": ">=0",
+    "train.warmup_epochs": ">=0",
+    "train.batch_size": ">=2",
+    "train.lr": ">0",
+    "train.weight_decay": ">=0",
+    "train.image_decay_per_rms": ">=0",
+    "train.adam_beta1": "[0,1)",
+    "train.adam_beta2": "[0,1)",
+    "train.adam_eps": ">0",
+    "train.lr_update": ">=1",
+    "train.lr_decay": ">0",
+    "train.warmup_steps": ">=0",
+    "train.grad_clip": ">=0",
+    "train.log_every": ">=1",
+    "train.eval_batch_size": ">=1",
+    "train.stop_after_epochs": ">=0",  # 0: open, set up and record, train nothing
+    "train.threads": ">=1",
+    "eval.memory_budget_mb": ">=1",
+}
+
+
+def ranges() -> dict[str, str]:
+    """Range rules of numeric keys: :data:`RANGES` plus each section's ``RANGES``."""
+    from ugncl.framework.build import BACKBONES
+    from ugncl.methods import METHODS
+
+    out = dict(RANGES)
+    for prefix, registry in (("model", BACKBONES), ("method", METHODS)):
+        for name, spec in registry.items():
+            for key, rule in getattr(spec.config, "RANGES", {}).items():
+                out[f"{prefix}.{name}.{key}"] = rule
+    return out
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A path that exists is used as is; a bare name is looked up in ``configs/``."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    candidates = [CONFIG_DIR / path, CONFIG_DIR / f"{path}.yaml"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    available = sorted(p.name for p in CONFIG_DIR.glob("*.yaml"))
+    tried = ", ".join(str(p) for p in [path, *candidates])
+    raise ConfigError(f"config '{name_or_path}' not found (tried {tried}). Available: {available}")
+
+
+def load_yaml_tree(path: Path) -> dict[str, Any]:
+    """Read a config file and merge it over its ``_base_`` (one level).
+
+    Without a ``_base_`` key the base is ``configs/base.yaml``; ``_base_: null`` means none.
+    """
+    tree = _read_yaml(path)
+    if BASE_KEY in tree:
+        base_name = tree.pop(BASE_KEY)
+        if base_name is None:
+            return tree
+        base_path = (path.parent / base_name).resolve()
+    else:
+        base_path = DEFAULT_BASE
+        if path.resolve() == base_path.resolve():
+            return tree
+    base = _read_yaml(base_path)
+    if BASE_KEY in base:
+        raise ConfigError(
+            f"{base_path} names a base itself; configs inherit one level only "
+            f"(put the shared keys into {base_path.name} directly)"
+        )
+    return merge_trees(base, tree)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        tree = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except _DuplicateKeyError as err:
+        raise ConfigError(
+            f"{path}: key '{err.key}' is given twice in the same mapping (lines {err.first} and "
+            f"{err.second}); YAML would silently keep the last one. Delete one of them"
+        ) from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path} must hold a mapping at top level, found {type(tree).__name__}")
+    return tree
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated within one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKeyError(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def merge_trees(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``override`` wins, nested mappings merge key by key."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_trees(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``a.b=value`` strings; values are parsed as YAML scalars (``1e-4``, ``null``)."""
+    tree = merge_trees({}, tree)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like key.path=value")
+        dotted, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        node = tree
+        keys = dotted.strip().split(".")
+        for key in keys[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = {}
+                node[key] = child
+            node = child
+        node[keys[-1]] = value
+    return tree
+
+
+def build_config(tree: Mapping[str, Any]) -> Config:
+    """Validate a plain tree against :class:`Config`; unknown keys and bad types are errors."""
+    config = _build_dataclass(config_class(), tree, prefix="")
+    _check_choices(config)
+    return config
+
+
+def load_config(name_or_path: str | Path, overrides: Sequence[str] = ()) -> tuple[Config, Path]:
+    """Resolve, merge, override and validate; returns the config and the file it came from."""
+    path = resolve_config_path(name_or_path)
+    tree = apply_overrides(load_yaml_tree(path), overrides)
+    return build_config(absolute_paths(tree)), path
+
+
+def absolute_paths(tree: Mapping[str, Any], cwd: Path | None = None) -> dict[str, Any]:
+    """A copy of ``tree`` whose relative :data:`PATH_KEYS` are made absolute against ``cwd``
+    (default: the current working directory); ``~`` is expanded, null stays null."""
+    tree = copy.deepcopy(dict(tree))
+    base = Path.cwd() if cwd is None else Path(cwd)
+    for dotted in PATH_KEYS + PATH_OR_WORD_KEYS:
+        *parents, leaf = dotted.split(".")
+        node: Any = tree
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf]:
+            value = node[leaf]
+            if dotted in PATH_OR_WORD_KEYS and not _looks_like_path(value):
+                continue
+            node[leaf] = str((base / Path(value).expanduser()).resolve())
+    return tree
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or value.startswith("~") or bool(Path(value).suffix)
+
+
+def save_config(config: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+def all_keys(cls: type | None = None, prefix: str = "") -> list[str]:
+    """Every valid dotted key (leaves and sections) of a config dataclass."""
+    cls = cls or config_class()
+    keys = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        dotted = f"{prefix}{f.name}"
+        keys.append(dotted)
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys.extend(all_keys(hints[f.name], dotted + "."))
+    return keys
+
+
+def _build_dataclass(cls: type, tree: Any, prefix: str) -> Any:
+    if not isinstance(tree, Mapping):
+        raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' must be a mapping, got {tree!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in tree:
+        if key not in names:
+            raise ConfigError(_unknown_key_message(f"{prefix}{key}"))
+    kwargs = {}
+    for name in names & set(tree):
+        hint = hints[name]
+        dotted = f"{prefix}{name}"
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build_dataclass(hint, tree[name], dotted + ".")
+        else:
+            kwargs[name] = _coerce(tree[name], hint, dotted)
+    return cls(**kwargs)
+
+
+def _unknown_key_message(dotted: str) -> str:
+    """Suggest the closest valid key: first by full dotted path, then by the last component."""
+    valid = all_keys()
+    close = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.6)
+    if not close:
+        leaf = dotted.rsplit(".", 1)[-1]
+        by_leaf = {k.rsplit(".", 1)[-1]: k for k in valid}
+        leaf_match = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.6)
+        close = [by_leaf[leaf_match[0]]] if leaf_match else []
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"unknown config key '{dotted}'{hint}"
+
+
+def _coerce(value: Any, hint: Any, dotted: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, dotted)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # PyYAML reads "1e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - only the types above are used in the dataclasses
+        raise ConfigError(f"unsupported type {hint} for '{dotted}'")
+    raise ConfigError(
+        f"config key '{dotted}' expects {hint.__name__}, got {value!r} ({type(value).__name__})"
+    )
+
+
+def _check_choices(config: Config) -> None:
+    for dotted, options in choices().items():
+        value: Any = config
+        for key in dotted.split("."):
+            value = getattr(value, key)
+        if value not in options:
+            raise ConfigError(f"config key '{dotted}' must be one of {options}, got {value!r}")
+    _check_finite(config, "")
+    for dotted, rule in ranges().items():
+        value: Any = config
+        for key in dotted.split("."):
+            value = getattr(value, key)
+        test, wording = _RULES[rule]
+        if value is not None and not test(value):
+            raise ConfigError(f"config key '{dotted}' must be {wording}, got {value!r}")
+
+
+def _check_finite(node: Any, prefix: str) -> None:
+    """Every float setting must be a finite number (``nan``/``inf`` parse as floats)."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_finite(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config key '{prefix}{f.name}' must be a finite number, got {value}")
+
+
+def _registered_classes() -> tuple[type, type, type]:
+    from ugncl.framework.build import BACKBONES
+    from ugncl.methods import METHODS
+
+    return _config_classes(tuple(BACKBONES.items()), tuple(METHODS.items()))
+
+
+def __getattr__(name: str) -> type:
+    """``Config``, ``ModelConfig``, ``MethodConfig``: the classes of the registered backbones
+    and methods, made on first use (the registries import the methods, which must not need
+    this module while it loads)."""
+    names = ("Config", "ModelConfig", "MethodConfig")
+    if name in names:
+        return _registered_classes()[names.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,79 @@
+"""What a method may see of the trainer: the model, the device, passes over the data."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ugncl.framework.data import PairBatch
+from ugncl.framework.engine.device import Precision
+from ugncl.framework.engine.recorder import MetricsRecorder
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where the trainer is when it asks a method for a step."""
+
+    epoch: int  # 0-based, warm-up epochs included
+    global_step: int  # optimiser steps taken so far
+    warmup: bool
+    device: torch.device
+    lr: float | None = None  # the optimiser's current lr (a siamese step follows the schedule)
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """The trainer's side of a method's ``setup`` / ``on_epoch_start`` / ``epoch_samples``.
+
+    Attributes:
+        model: the similarity model (on ``device``).
+        device: where the model and the method's modules live.
+        precision: autocast settings of forward passes (``autocast()``).
+        run_dir: the run directory (for caches a method may write, e.g. a memory bank).
+        seed: the run's seed.
+        warmup_epochs: number of warm-up epochs (epochs ``0 .. warmup_epochs - 1``).
+        batch_size: the training batch size.
+        num_samples: N, training samples (captions).
+        clean: (N,) bool ground truth, for noise-detection records only.
+        recorder: the run's ``metrics.jsonl`` writer.
+        batches: ``batches(epoch, batch_size, stream, indices=None)`` -> a full pass over the
+            training samples (or ``indices``) in the seeded order of (epoch, stream), every
+            sample exactly once (a short tail joins the previous batch). Streams other than
+            0 (the training order) give independent orders.
+        image_index: (N,) int64 the image each caption is paired with for training (the
+            noisy index); caches built on it can check they match the run's pairs.
+        fetch: ``fetch(indices (K,)) -> PairBatch`` of those training samples in that order
+            (e.g. memory-bank pairs looked up per batch).
+        global_step: optimiser steps taken before this call (Eq. 16's hardness schedule runs
+            on it; restored on resume).
+        estimator_view: with ``data.estimator`` set, ``estimator_view(model) -> batches``:
+            like ``batches`` (same samples, same seeded orders) but in the input format of
+            ``model``, a frozen estimator of another backbone (OSA's CLIP estimator scoring
+            the raw-image view of an SGRAF run's pairs); None otherwise.
+    """
+
+    model: nn.Module
+    device: torch.device
+    precision: Precision
+    run_dir: Path
+    seed: int
+    warmup_epochs: int
+    batch_size: int
+    num_samples: int
+    clean: np.ndarray
+    recorder: MetricsRecorder | None
+    batches: Callable[..., Iterable[PairBatch]]
+    image_index: np.ndarray | None = None
+    fetch: Callable[[torch.Tensor], PairBatch] | None = None
+    estimator_view: Callable[[nn.Module], Callable[..., Iterable[PairBatch]]] | None = None
+    global_step: int = 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The run's autocast context for forward passes."""
+        return self.precision.autocast(self.device)

@@ -1,0 +1,121 @@
+"""The similarity-model interface every backbone implements (SGRAF today, CLIP next).
+
+Evaluation and methods use only these calls, never a backbone's insides::
+
+    img = model.encode_images(images)              # images along ``model.image_axis``
+    cap = model.encode_captions(captions, lengths)  # (n_cap, ...)
+    raw = model.score(img, cap, lengths)            # (W, n_img, n_cap), differentiable
+    raw = model(images, captions, lengths)          # = score(encode_images, encode_captions)
+    raw = model.score_all_pairs(img, cap, lengths, memory_budget_bytes=...)  # a whole split
+
+Scores are raw: the method decides what they mean (sigmoid, evidence, logit-scaled cosine).
+``model.config`` is a plain dict that rebuilds the model through the backbone registry
+(``ugncl.framework.build.BACKBONES[model.backbone]``); checkpoints store it with the backbone name.
+
+``sgraf.SGRAF`` implements the interface structurally (``sgraf`` never imports ``ugncl``) and
+is registered as a virtual subclass in :mod:`ugncl.framework.build`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["DEFAULT_MEMORY_BUDGET", "SimilarityModel"]
+
+DEFAULT_MEMORY_BUDGET = 512 * 2**20
+
+
+class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
+    """Base of the backbones: encode images, encode captions, score blocks and whole splits.
+
+    Attributes:
+        backbone: the registry key (class attribute).
+        image_axis: the axis of ``encode_images``' output that indexes images (0 unless the
+            backbone stacks views first, as SGRAF's (W, n, R, E)).
+        num_views: W, the leading dimension of every raw score tensor.
+        accepts_image_source: ``score_all_pairs`` also takes the images as an
+            :class:`sgraf.scoring.ImageSource` (chunks on axis 1), so evaluation streams them
+            instead of holding a split's image embeddings (class attribute).
+        config: constructor arguments as plain types.
+    """
+
+    backbone: ClassVar[str] = ""
+    image_axis: ClassVar[int] = 0
+    accepts_image_source: ClassVar[bool] = False
+    num_views: int
+    config: dict[str, Any]
+
+    @abc.abstractmethod
+    def encode_images(self, images: Tensor) -> Tensor:
+        """(n_img, ...) backbone inputs -> image embeddings (images on ``image_axis``)."""
+
+    @abc.abstractmethod
+    def encode_captions(self, captions: Tensor, lengths: Tensor) -> Tensor:
+        """(n_cap, L) ids and (n_cap,) lengths -> (n_cap, ...) caption embeddings.
+
+        Token-level embeddings are (n_cap, L_b, E) with L_b the batch's longest caption,
+        zero beyond each caption's length (the evaluator pads batches to the longest).
+        """
+
+    @abc.abstractmethod
+    def score(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
+        """Raw (W, n_img, n_cap) scores of every (image, caption) pair; differentiable."""
+
+    def forward(self, images: Tensor, captions: Tensor, lengths: Tensor) -> Tensor:
+        """(K images, K captions) -> raw (W, K, K) scores; rows images, columns captions."""
+        return self.score(
+            self.encode_images(images), self.encode_captions(captions, lengths), lengths
+        )
+
+    @torch.no_grad()
+    def score_all_pairs(
+        self,
+        img_emb: Tensor,
+        cap_emb: Tensor,
+        lengths: Tensor,
+        *,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+        view_reduce: Callable[[Tensor], Tensor] | None = None,
+        out_device: str | torch.device = "cpu",
+    ) -> Tensor:
+        """Score every pair of an encoded split in blocks of captions, in eval mode.
+
+        The default cuts the captions into chunks whose ``(W, n_img, chunk)`` float32 block
+        fits the budget and calls :meth:`score` on each; backbones with a costlier pairwise
+        head override it (SGRAF plans blocks by its working set).
+
+        Args:
+            img_emb: image embeddings of the split (images on ``image_axis``), on any device.
+            cap_emb: (n_cap, ...) caption embeddings.
+            lengths: (n_cap,) caption lengths.
+            memory_budget_bytes: bound on one block's scores.
+            view_reduce: maps a raw (W, a, b) block to (a, b); None keeps the views.
+            out_device: where the result is allocated.
+
+        Returns:
+            float32 (W, n_img, n_cap), or (n_img, n_cap) after ``view_reduce``.
+        """
+        device = next(self.parameters()).device
+        n_img, n_cap = img_emb.shape[self.image_axis], cap_emb.shape[0]
+        shape = (n_img, n_cap) if view_reduce is not None else (self.num_views, n_img, n_cap)
+        out = torch.empty(shape, dtype=torch.float32, device=out_device)
+        if n_img == 0 or n_cap == 0:
+            return out
+        chunk = max(1, memory_budget_bytes // max(1, 4 * self.num_views * n_img))
+        was_training = self.training
+        self.eval()
+        try:
+            images = img_emb.to(device)
+            for a in range(0, n_cap, chunk):
+                b = min(a + chunk, n_cap)
+                raw = self.score(images, cap_emb[a:b].to(device), lengths[a:b].to(device))
+                block = view_reduce(raw) if view_reduce is not None else raw
+                out[..., a:b] = block.to(out.device, torch.float32)
+        finally:
+            self.train(was_training)
+        return out

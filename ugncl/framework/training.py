@@ -1,0 +1,334 @@
+"""One training run from a validated config: run directory, seed, data, model, method,
+optimiser, schedule, evaluator, trainer.
+
+Everything a run needs (config values, every split including test, the model against the
+data) is opened and checked before the run directory exists, and the directory appears with
+its ``config.yaml`` in one step, so a failed setup leaves nothing behind and any run
+directory can be continued with ``--resume`` (from epoch 0 when it has no checkpoint yet).
+A resume may change only :data:`SAFE_RESUME_KEYS`; it rewrites ``metrics.jsonl`` (and
+TensorBoard) back to the checkpoint, so the records read as one run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from precomputed._io import atomic_open
+from precomputed.errors import UserError
+from ugncl.backbones.sgraf.experiment import record_noise
+from ugncl.framework.build import (
+    build_method,
+    build_model,
+    build_optimizer_and_schedule,
+    open_estimator_view,
+    open_run_data,
+)
+from ugncl.framework.config import Config, ConfigError, load_config
+from ugncl.framework.engine.allocator import keep_freed_memory
+from ugncl.framework.engine.checkpoint import clean_partial_files, load_checkpoint
+from ugncl.framework.engine.device import select_device, select_precision
+from ugncl.framework.engine.recorder import (
+    MetricsRecorder,
+    check_new_run_dir,
+    create_run_dir,
+    read_metrics,
+    setup_logging,
+    truncate_metrics,
+)
+from ugncl.framework.engine.seed import draw_seed, seed_everything
+from ugncl.framework.engine.trainer import Trainer
+from ugncl.framework.evaluation import Evaluator
+
+logger = logging.getLogger(__name__)
+
+#: Keys a ``--resume`` may change: how long and how the run is executed, never what it
+#: learns from (data, model, method, optimiser settings, seed).
+SAFE_RESUME_KEYS: tuple[str, ...] = (
+    "train.epochs",
+    "train.stop_after_epochs",
+    "train.log_every",
+    "train.eval_batch_size",
+    "train.threads",
+    "train.device",
+    "data.num_workers",
+    "eval.memory_budget_mb",
+    "eval.test_after_training",
+)
+# Records that describe the run, not an epoch: kept when a resume rewinds metrics.jsonl.
+_RUN_RECORDS = ("setup", "method_setup", "resume")
+
+
+class RunNotFoundError(UserError, FileNotFoundError):
+    """``--resume`` names no run directory."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    best_rsum: float
+    best_epoch: int | None
+    test: dict[str, Any] | None
+    finished_before: bool = False  # a resume of a run that had already finished and tested
+
+
+def default_run_name(config_name: str) -> str:
+    return f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def load_resume_config(run_dir: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Config:
+    """The saved config of ``run_dir`` with ``overrides`` applied (checked by :func:`train`)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunNotFoundError(
+            f"--resume {run_dir}: no such run directory; pass the folder of an earlier run "
+            "(run.out_dir/run.name, e.g. runs/ugncl_flickr-20250101-120000) or start a new run "
+            "with --cfg CONFIG"
+        )
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise RunNotFoundError(
+            f"--resume {run_dir}: the folder has no config.yaml, so it is not a run directory "
+            "of tools/train.py; start a new run with --cfg CONFIG"
+        )
+    return load_config(path, overrides)[0]
+
+
+def resume_changes(run_dir: Path, config: Config) -> dict[str, list[Any]]:
+    """``{key: [saved, new]}`` of every value ``config`` changes in the run's saved config.
+
+    Raises:
+        ConfigError: a change outside :data:`SAFE_RESUME_KEYS` (it would change the experiment).
+    """
+    saved = _flatten(load_resume_config(run_dir).to_dict())
+    new = _flatten(config.to_dict())
+    changes = {k: [saved.get(k), v] for k, v in new.items() if saved.get(k) != v}
+    for key, (old, value) in changes.items():
+        if key not in SAFE_RESUME_KEYS:
+            raise ConfigError(
+                f"--resume cannot change {key} ({old!r} -> {value!r}): it would change the "
+                f"experiment half-way. A resume may change only {', '.join(SAFE_RESUME_KEYS)}; "
+                f"start a new run for other values (--cfg {run_dir / 'config.yaml'} --set "
+                f"{key}={value} run.name=NEW)"
+            )
+    return changes
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def train(config: Config, *, config_name: str, resume_dir: str | Path | None = None) -> TrainResult:
+    """Train (or resume) the run described by ``config`` and evaluate its best checkpoint.
+
+    A new run writes ``config.yaml`` with the seed actually used; ``resume_dir`` continues
+    the run in that directory from ``checkpoints/last.pt`` (from epoch 0 without one).
+    """
+    changes: dict[str, list[Any]] = {}
+    if resume_dir is not None:
+        run_dir = Path(resume_dir)
+        changes = resume_changes(run_dir, config)
+    else:
+        if config.train.seed is None:
+            config = dataclasses.replace(
+                config, train=dataclasses.replace(config.train, seed=draw_seed())
+            )
+        name = config.run.name or default_run_name(config_name)
+        config = dataclasses.replace(config, run=dataclasses.replace(config.run, name=name))
+        run_dir = Path(config.run.out_dir) / name
+        check_new_run_dir(run_dir)
+    if config.train.threads is not None:
+        torch.set_num_threads(config.train.threads)
+    keep_freed_memory()  # no page faults on the largest tensors of each step (allocator.py)
+    seed = seed_everything(config.train.seed)  # before the model draws its initial weights
+
+    # Open and check everything before the run directory exists.
+    data = open_run_data(config)
+    model = build_model(config, data)  # a raw-image source takes its transforms from the model
+    test_split = data.open_test() if config.eval.test_after_training else None
+    training_data = data.training_data()
+    estimator_data = open_estimator_view(config, data)  # data.estimator: checked before the run
+    if training_data.num_samples < config.train.batch_size:
+        raise ConfigError(
+            f"train.batch_size={config.train.batch_size} is larger than the training split "
+            f"({training_data.num_samples} samples), so an epoch has no batch; lower "
+            "train.batch_size or use more training data (data.train_images)"
+        )
+    device = select_device(config.train.device)
+    precision = select_precision(config.train.amp, device)
+    last = run_dir / "checkpoints" / "last.pt"
+    state = None
+    if resume_dir is not None and last.is_file():
+        state = load_checkpoint(last, map_location="cpu")
+        if hasattr(data, "check_checkpoint"):
+            data.check_checkpoint(state, str(last))
+
+    if resume_dir is None:
+        run_dir = create_run_dir(
+            config.run.out_dir, config.run.name, populate=lambda d: _write_config(config, d)
+        )
+    setup_logging(run_dir / "train.log")
+    logger.info("run %s, seed %d", run_dir, seed)
+    if config.train.amp in ("bf16", "fp16") and precision.autocast_dtype is None:
+        logger.warning("train.amp=%s needs CUDA; on %s the run is fp32", config.train.amp, device)
+
+    epoch, step = (0, 0) if state is None else (int(state["epoch"]), int(state["global_step"]))
+    total = config.train.warmup_epochs + config.train.epochs
+    if resume_dir is not None:
+        clean_partial_files(run_dir / "checkpoints")
+        tested = any(r["event"] == "test" for r in _records(run_dir))
+        if state is not None and epoch >= total and (tested or not config.eval.test_after_training):
+            logger.info("run %s is finished (epoch %d of %d) and tested; nothing to do "
+                        "(raise train.epochs to train on)", run_dir, epoch, total)  # fmt: skip
+            return TrainResult(
+                run_dir, float(state["best_rsum"]), state["best_epoch"], None, finished_before=True
+            )
+        dropped = truncate_metrics(run_dir, _keeper(state is not None, epoch, epoch >= total))
+        if dropped:
+            logger.info("dropped %d record(s) of the interrupted attempt after epoch %d",
+                        dropped, epoch)  # fmt: skip
+        if changes:
+            _write_config(config, run_dir)
+    # TensorBoard drops the killed attempt's steps (all of them when no checkpoint survived).
+    purge = None if resume_dir is None else (0 if state is None else step + 1)
+    recorder = MetricsRecorder(run_dir, purge_step=purge)
+    try:
+        if resume_dir is not None:
+            recorder.write("resume", epoch=epoch, step=step, changes=changes,
+                           checkpoint=str(last) if state is not None else None)  # fmt: skip
+            logger.info("resuming %s at epoch %d%s", run_dir, epoch,
+                        f" with {changes}" if changes else "")  # fmt: skip
+        if state is None:
+            _write_setup(recorder, run_dir, data, test_split, seed, device, precision, config)
+        method = build_method(config, model, training_data.num_samples)
+        steps_per_epoch = training_data.num_samples // config.train.batch_size
+        optimizer, schedule = build_optimizer_and_schedule(
+            config, model, method, steps_per_epoch, data=data
+        )
+        logger.info(
+            "optimizer %s: weight decay per group %s", config.train.optimizer,
+            ", ".join(f"{g['weight_decay']:.4g} ({len(g['params'])} tensors)"
+                      for g in optimizer.param_groups),
+        )  # fmt: skip
+        evaluator = Evaluator(
+            val=data.dev,
+            test=test_split,
+            score=method.retrieval_score,
+            batch_size=config.train.eval_batch_size,
+            memory_budget_bytes=config.eval.memory_budget_mb * 2**20,
+        )
+        trainer = Trainer(
+            model=model,
+            method=method,
+            data=training_data,
+            optimizer=optimizer,
+            schedule=schedule,
+            evaluator=evaluator,
+            run_dir=run_dir,
+            recorder=recorder,
+            device=device,
+            precision=precision,
+            seed=seed,
+            epochs=config.train.epochs,
+            warmup_epochs=config.train.warmup_epochs,
+            batch_size=config.train.batch_size,
+            grad_clip=config.train.grad_clip,
+            log_every=config.train.log_every,
+            num_workers=config.data.num_workers,
+            stop_after_epochs=config.train.stop_after_epochs,
+            checkpoint_extra={"config": config.to_dict(), **data.checkpoint_extra()},
+            estimator_data=estimator_data,
+        )
+        if state is not None:
+            trainer.resume(last, state=state)
+        summary = trainer.fit()
+        test = None
+        finished = trainer.epoch >= trainer.total_epochs
+        if finished and config.eval.test_after_training:
+            test = trainer.test()
+        return TrainResult(run_dir, summary["best_rsum"], summary["best_epoch"], test)
+    finally:
+        recorder.close()
+
+
+def train_log_only(config: Config, *, config_name: str) -> tuple[TrainResult, float]:
+    """:func:`train` with its console output dropped (the run's ``train.log`` keeps it all),
+    and its wall seconds: for worker processes that train beside others
+    (``tools/demo.py --jobs``)."""
+    started = time.perf_counter()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        result = train(config, config_name=config_name)
+    return result, time.perf_counter() - started
+
+
+def _write_config(config: Config, run_dir: Path) -> None:
+    import yaml
+
+    with atomic_open(run_dir / "config.yaml", "w", encoding="utf-8") as handle:
+        handle.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        return read_metrics(run_dir)
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def _keeper(has_checkpoint: bool, epoch: int, finished: bool):
+    """Which records of ``metrics.jsonl`` a resume from ``epoch`` completed epochs keeps."""
+
+    def keep(record: dict[str, Any]) -> bool:
+        event = record.get("event")
+        if not has_checkpoint:  # the run starts over: only earlier resume notes stay
+            return event == "resume"
+        if event in _RUN_RECORDS or record.get("epoch") is None:
+            return True
+        if event == "test":  # a test of the finished run stays; more training retests
+            return finished
+        return int(record["epoch"]) < epoch
+
+    return keep
+
+
+def _write_setup(
+    recorder: MetricsRecorder,
+    run_dir: Path,
+    data: Any,
+    test_split: Any,
+    seed: int,
+    device: torch.device,
+    precision: Any,
+    config: Config,
+) -> None:
+    sha = record_noise(data.image_index, run_dir)
+    described = data.describe()
+    truncated = described.get("n_truncated_captions")
+    if isinstance(truncated, dict) and test_split is not None:
+        n = getattr(test_split, "num_truncated_captions", None)
+        if n is not None:
+            truncated["test"] = int(n)
+    dtype = precision.autocast_dtype
+    amp = "fp32" if dtype is None else str(dtype).replace("torch.", "")
+    recorder.write(
+        "setup", seed=seed, device=str(device), amp=amp, amp_requested=config.train.amp,
+        threads=torch.get_num_threads(), noise_sha256=sha, **described,
+    )  # fmt: skip
+    logger.info("training data: %s, noise sha256 %s", described, sha)

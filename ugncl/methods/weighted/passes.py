@@ -1,0 +1,140 @@
+"""Whole-training-set inference passes and pair fetching shared by NPC, SDD and OSA.
+
+The glue between a ``MethodContext`` and the pure maths: one no-grad pass of a model over every
+training sample, scattering what the methods need into arrays indexed by sample index.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ugncl.framework.evaluation import eval_mode
+from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample
+from ugncl.methods.weighted.memory_bank import EmbeddingTable
+from ugncl.methods.weighted.weights import SpaceShift
+
+__all__ = ["ScanResult", "logit_scale_of", "pair_fetcher", "scan_training_set"]
+
+
+@dataclass
+class ScanResult:
+    """Per-sample results of one pass (``(N,)`` arrays; NaN / -1 where not visited)."""
+
+    loss: np.ndarray  # in-batch symmetric InfoNCE (NPC's bank-selection loss)
+    diag: np.ndarray  # logit-scaled similarity of the pair itself (SDD, OSA)
+    image_index: np.ndarray  # int64 caption -> image index seen in the batches
+    shift: SpaceShift  # non-matching pair scores (OSA's beta)
+    image_emb: np.ndarray | None = None  # (N, D) embedding of each sample's image
+    caption_emb: np.ndarray | None = None  # (N, D)
+
+    @property
+    def visited(self) -> np.ndarray:
+        return self.image_index >= 0
+
+
+def _progress(it: Iterable[Any], desc: str) -> Iterable[Any]:
+    if not sys.stderr.isatty():
+        return it
+    from tqdm import tqdm
+
+    return tqdm(it, desc=desc, leave=False)
+
+
+def scan_training_set(
+    ctx: Any,
+    model: nn.Module,
+    *,
+    epoch: int,
+    batch_size: int,
+    stream: int,
+    embeddings: bool = False,
+    desc: str = "scan",
+    batches: Callable[..., Iterable[Any]] | None = None,
+) -> ScanResult:
+    """One no-grad, eval-mode pass of ``model`` over every training sample.
+
+    Args:
+        ctx: the trainer's ``MethodContext`` (``batches``, ``device``, ``precision``,
+            ``num_samples``).
+        model: a CLIP-like ``SimilarityModel`` (W = 1; embeddings flattened per row).
+        epoch, batch_size, stream: the seeded order of ``ctx.batches``.
+        embeddings: also keep the image and caption embeddings (memory-bank construction).
+        desc: progress-bar label (shown on interactive terminals only).
+        batches: the pass's batch source (default ``ctx.batches``; an estimator of another
+            backbone needs the same samples in its own input format).
+    """
+    n = ctx.num_samples
+    loss, diag = EmbeddingTable(n, 1), EmbeddingTable(n, 1)
+    img_tab, cap_tab = EmbeddingTable(n), EmbeddingTable(n)
+    image_index = np.full(n, -1, dtype=np.int64)
+    shift = SpaceShift()
+    with eval_mode(model):
+        source = batches if batches is not None else ctx.batches
+        for batch in _progress(source(epoch, batch_size, stream), desc):
+            batch = batch.to(ctx.device)
+            with ctx.precision.autocast(ctx.device):
+                img = model.encode_images(batch.images)
+                cap = model.encode_captions(batch.captions, batch.lengths)
+                raw = model.score(img, cap, batch.lengths)
+            s = as_logit_matrix(raw).float()
+            idx = batch.index.cpu()
+            loss.add(idx, info_nce_per_sample(s))
+            diag.add(idx, torch.diagonal(s))
+            image_index[idx.numpy()] = batch.image_index.cpu().numpy()
+            shift.add(s, batch.image_index)
+            if embeddings:
+                img_tab.add(idx, img.reshape(img.shape[0], -1))
+                cap_tab.add(idx, cap.reshape(cap.shape[0], -1))
+    if (image_index < 0).any():
+        raise RuntimeError(
+            f"{int((image_index < 0).sum())} training samples were not visited by the pass; "
+            "MethodContext.batches must cover every sample (drop_last=False)"
+        )
+    return ScanResult(
+        loss=loss.column(), diag=diag.column(), image_index=image_index, shift=shift,
+        image_emb=img_tab.values if embeddings else None,
+        caption_emb=cap_tab.values if embeddings else None,
+    )  # fmt: skip
+
+
+def pair_fetcher(ctx: Any) -> Callable[[Tensor], Any]:
+    """``indices (K,) -> PairBatch`` of those training samples, in that order.
+
+    Uses ``ctx.fetch`` when the trainer offers it, else ``ctx.data.collate`` over
+    ``ctx.data.dataset`` (the ``TrainingData`` protocol).
+    """
+    fetch = getattr(ctx, "fetch", None)
+    if fetch is not None:
+        return fetch
+    data = getattr(ctx, "data", None)
+    if data is None:
+        raise RuntimeError(
+            "memory-bank methods need the training pairs by index: the MethodContext must offer "
+            "fetch(indices) -> PairBatch or data (TrainingData)"
+        )
+
+    def fetch_from_data(indices: Tensor) -> Any:
+        return data.collate([data.dataset[int(i)] for i in indices.tolist()])
+
+    return fetch_from_data
+
+
+def logit_scale_of(model: nn.Module, fallback: float | None = None) -> float:
+    """The model's ``logit_scale.exp()`` (raw = scale * cosine for CLIP), or ``fallback``."""
+    for m in (model, getattr(model, "clip", None), getattr(model, "model", None)):
+        ls = getattr(m, "logit_scale", None) if m is not None else None
+        if isinstance(ls, Tensor):
+            return float(ls.detach().float().exp())
+    if fallback is None:
+        raise ValueError(
+            "cannot read the model's logit scale (no logit_scale attribute); set the method's "
+            "logit_scale in the config"
+        )
+    return float(fallback)

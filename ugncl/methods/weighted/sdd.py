@@ -1,0 +1,236 @@
+"""SDD (self-drop + dual weight) as a method of the one trainer (reference section 2).
+
+Per epoch (``on_epoch_start``): the diagonal logit-scaled similarity of every training pair
+under the current model; a 2-component GMM on it gives the consistency weight (higher-mean
+posterior, min-max normalised); pairs with similarity ``<= alpha`` are dropped for the epoch
+(``epoch_samples``). Per batch: NPC's significance weight from a siamese step weighted by the
+consistency weight; loss ``mean_k w_sig,k * w_con,k * InfoNCE_k``.
+
+Fixed against the release: bank lookups use the sample index (the release looks the text
+bank up by position in the self-dropped subset, data.py:376), InfoNCE is log-sum-exp
+stabilised (InfoNCELoss.py), the bank is built by ``setup`` with the features indexed by
+sample (the release mis-pairs shuffled features), normalised keys, query excluded.
+``thresholds: auto`` places alpha/beta on the scale of the model at hand
+(:func:`ugncl.methods.weighted.weights.auto_sdd_thresholds`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ugncl.methods.clip import CLIPMethod
+from ugncl.methods.infonce import weighted_mean
+from ugncl.methods.noise_detection import detection_record
+from ugncl.methods.weighted.memory_bank import MemoryBank, build_memory_bank
+from ugncl.methods.weighted.npc import BANK_STREAM, BankSiamese
+from ugncl.methods.weighted.passes import scan_training_set
+from ugncl.methods.weighted.weights import (
+    auto_sdd_thresholds,
+    bank_clean_mask,
+    consistency_weight,
+    self_drop_keep,
+)
+
+logger = logging.getLogger(__name__)
+
+GMM_STREAM = 3  # RNG stream of the per-epoch similarity pass
+
+
+@dataclass
+class SDDConfig:
+    """SDD (``method.sdd``); thresholds on the model's logit-scaled scale."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"thresholds": ("fixed", "auto")}
+
+    alpha: float = 20.0  # self-drop: sim <= alpha (release, x100 scale)
+    beta: float = 30.0  # bank clean set: sim > beta (release)
+    thresholds: str = "fixed"  # auto: from the starting model's non-matching pair scores
+    auto_alpha_std: float = 0.0
+    auto_beta_std: float = 2.0
+    gmm_max_iter: int = 10
+    gmm_tol: float = 1e-2
+    gmm_reg_covar: float = 5e-4
+    pass_batch_size: int | None = 512
+    siamese_lr: float | None = None
+    siamese_reset_state: bool = False
+    siamese_beta1: float = 0.9
+    siamese_beta2: float = 0.98
+    siamese_eps: float = 1e-6
+    siamese_weight_decay: float = 0.2
+    bank_file: str = "sdd_memory_bank.npz"
+
+
+class SDDMethod(CLIPMethod):
+    """SDD on a CLIP-like ``SimilarityModel``.
+
+    Args:
+        alpha: self-drop threshold (drop ``sim <= alpha``; release 20 on the x100 scale).
+        beta: bank clean threshold (``sim > beta``; release 30).
+        thresholds: ``fixed`` (alpha, beta as given) or ``auto`` (from the starting model's
+            non-matching pair scores, see ``auto_sdd_thresholds``; alpha/beta are then unused).
+        auto_alpha_std, auto_beta_std: offsets of the auto mode, in standard deviations.
+        gmm_max_iter, gmm_tol, gmm_reg_covar: the per-epoch GMM (release: 10, 1e-2, 5e-4).
+        pass_batch_size: batch size of the bank and per-epoch passes (release 512).
+        siamese_*: see :class:`ugncl.methods.weighted.npc.NPCMethod`.
+        bank_file: file name in the run directory (reused on resume).
+    """
+
+    name = "sdd"
+    epoch_record = "noise_detection"
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 20.0,
+        beta: float = 30.0,
+        thresholds: str = "fixed",
+        auto_alpha_std: float = 0.0,
+        auto_beta_std: float = 2.0,
+        gmm_max_iter: int = 10,
+        gmm_tol: float = 1e-2,
+        gmm_reg_covar: float = 5e-4,
+        pass_batch_size: int | None = 512,
+        siamese_lr: float | None = None,
+        siamese_reset_state: bool = False,
+        siamese_beta1: float = 0.9,
+        siamese_beta2: float = 0.98,
+        siamese_eps: float = 1e-6,
+        siamese_weight_decay: float = 0.2,
+        bank_file: str = "sdd_memory_bank.npz",
+        eval_score: str = "raw",
+    ) -> None:
+        super().__init__(eval_score=eval_score)
+        if thresholds not in ("fixed", "auto"):
+            raise ValueError(f"sdd thresholds must be fixed or auto, got {thresholds!r}")
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.thresholds = thresholds
+        self.auto_std = (auto_alpha_std, auto_beta_std)
+        self.gmm = dict(max_iter=gmm_max_iter, tol=gmm_tol, reg_covar=gmm_reg_covar)
+        self.pass_batch_size = pass_batch_size
+        self.bank_file = bank_file
+        self.core = BankSiamese(
+            siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
+            betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
+        )  # fmt: skip
+        self._clean: np.ndarray | None = None
+        self.consistency: np.ndarray | None = None  # (N,) this epoch's GMM weight
+        self.keep: np.ndarray | None = None  # (N,) bool, not self-dropped this epoch
+        self._seed = 0
+        self._start_diag: np.ndarray | None = None  # setup's scores of the starting model
+        self._last: dict[str, float] = {}
+
+    def _batch_size(self, ctx: Any) -> int:
+        return self.pass_batch_size or getattr(ctx, "batch_size", 256)
+
+    # ------------------------------------------------------------------ lifecycle
+    def setup(self, ctx: Any) -> dict[str, Any]:
+        """Build (or reload) the bank from the starting model; resolve auto thresholds."""
+        run_dir = Path(ctx.run_dir)
+        path, meta_path = run_dir / self.bank_file, run_dir / (self.bank_file + ".json")
+        self._clean = np.asarray(ctx.clean, dtype=bool)
+        self._seed = int(ctx.seed or 0)
+        if path.exists() and meta_path.exists():
+            bank = MemoryBank.load(path, getattr(ctx, "image_index", None))
+            meta = json.loads(meta_path.read_text())
+            self.alpha, self.beta = float(meta["alpha"]), float(meta["beta"])
+            logger.info(
+                "sdd: reusing memory bank %s (alpha %.4g, beta %.4g)", path, self.alpha, self.beta
+            )
+        else:
+            scan = scan_training_set(
+                ctx, ctx.model, epoch=0, stream=BANK_STREAM, embeddings=True, desc="sdd bank",
+                batch_size=self._batch_size(ctx),
+            )  # fmt: skip
+            meta = {}
+            if self.thresholds == "auto":
+                self.alpha, self.beta = auto_sdd_thresholds(
+                    scan.shift.mean, scan.shift.std,
+                    alpha_std=self.auto_std[0], beta_std=self.auto_std[1],
+                )  # fmt: skip
+                meta = {"shift_mean": scan.shift.mean, "shift_std": scan.shift.std}
+            clean = bank_clean_mask(scan.diag, self.beta)
+            bank = build_memory_bank(
+                clean, scan.image_emb, scan.caption_emb, scan.image_index, scan.diag,
+                device=ctx.device,
+            )  # fmt: skip
+            bank.save(path)
+            self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
+            meta_path.write_text(json.dumps({"alpha": self.alpha, "beta": self.beta, **meta}))
+        self.core.attach(ctx, bank)
+        record = detection_record(self._clean, weights=bank.score, selected=bank.clean)
+        return {
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "bank_keys": int(bank.clean.sum()),
+            **{f"bank_{k}": v for k, v in record.items()},
+        }
+
+    def on_epoch_start(self, ctx: Any, epoch: int) -> dict[str, Any]:
+        """Per-epoch GMM consistency weights and self-drop set (SDD main_SDD_sim.py:101-117)."""
+        if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
+            self.setup(ctx)
+        record: dict[str, Any] = {}
+        w = self.core.epoch_weights
+        if w is not None and np.isfinite(w).any():
+            # Final weight of the previous epoch, w_sig * w_con, where it was applied.
+            record.update(detection_record(self._clean, weights=w, prefix="step_"))
+            self.core.epoch_weights = np.full_like(w, np.nan)
+        if epoch == 0 and self._start_diag is not None:
+            diag = self._start_diag
+        else:
+            diag = scan_training_set(
+                ctx, ctx.model, epoch=epoch, stream=GMM_STREAM, batch_size=self._batch_size(ctx),
+                desc=f"sdd gmm {epoch}",
+            ).diag  # fmt: skip
+        self._start_diag = None
+        self.consistency = consistency_weight(diag, seed=self._seed, **self.gmm)
+        self.keep = self_drop_keep(diag, self.alpha)
+        record.update(detection_record(self._clean, weights=self.consistency, selected=self.keep))
+        record["n_dropped"] = int((~self.keep).sum())
+        return record
+
+    def epoch_samples(self, ctx: Any, epoch: int) -> np.ndarray | None:
+        """Sample indices kept this epoch (all when everything would be dropped)."""
+        if self.keep is None:
+            return None
+        kept = np.flatnonzero(self.keep)
+        if kept.size == 0:
+            logger.warning("sdd: every pair is at or below alpha=%.4g; training on all", self.alpha)
+            return None
+        return kept
+
+    def trainable_parameters(self, model: nn.Module):
+        return [p for p in model.parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------ step
+    def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
+        if self.consistency is None:
+            raise RuntimeError("sdd training step before on_epoch_start computed its weights")
+        # Sample indices, not positions in the kept subset (the release's text-bank bug).
+        w_con = torch.as_tensor(
+            self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
+        )
+        view = self.core.bank_view(batch)
+        img, cap, per = self.core.encode_batch(model, batch)
+        lr = getattr(step, "lr", None)
+        w_sig, res = self.core.significance(model, view, per, w_con, lr, None, (img, cap))
+        w = w_sig * w_con
+        self.core.note_weights(batch.index, w)
+        self._last = {"weight_mean": float(w.mean()), "w_sig_mean": float(w_sig.mean())}
+        return {
+            "loss": weighted_mean(per, w),
+            "weight_mean": w.mean().detach(),
+            "w_sig_mean": w_sig.mean().detach(),
+            "siamese_loss": res.step_loss,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._last)
