@@ -20,7 +20,7 @@ from ugncl.framework.similarity import SimilarityModel
 from ugncl.framework.training import train
 from ugncl.methods import METHODS, Method, MethodSpec
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 # ---------------------------------------------------------------- a test-only method

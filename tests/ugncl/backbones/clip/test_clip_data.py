@@ -19,7 +19,7 @@ from ugncl.backbones.clip.data import (
     caption_lengths,
 )
 
-from ..precomputed.clip_layout import image_number, write_clip_dataset
+from ....precomputed.clip_layout import image_number, write_clip_dataset
 
 CONTEXT = 12
 

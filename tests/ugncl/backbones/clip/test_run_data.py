@@ -15,7 +15,7 @@ from ugncl.framework.data import PairBatch
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import clip_loss
 
-from ...precomputed.clip_layout import image_number, write_clip_dataset
+from ....precomputed.clip_layout import image_number, write_clip_dataset
 
 
 def to_tensor(img) -> torch.Tensor:
