@@ -25,9 +25,11 @@ test: $(STAMP)
 	@echo "$(PY) -m pytest -q tests"
 	@$(PY) -m pytest -q tests; rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests (exit 5)"; exit $$rc
 
+# lint_prose: no words about how the project is developed, no citations of files outside it.
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) tools/lint_prose.py
 
 format: $(STAMP)
 	$(PY) -m ruff format .

@@ -1,6 +1,6 @@
 """Read-only region features: memory-mapped ``.npy`` or an HDF5 dataset ``features``.
 
-COCO's train file is about 33 GB (reference §7.4), so nothing here loads a whole file: ``.npy``
+COCO's train file is about 33 GB, so nothing here loads a whole file: ``.npy``
 is opened with ``np.load(mmap_mode="r")``, HDF5 reads only the requested rows, and the NaN/inf
 check at open streams the file through one bounded buffer (plain reads, not the memory map, so
 the pages it touches do not stay in this process's resident set).

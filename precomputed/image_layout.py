@@ -1,4 +1,4 @@
-"""Raw-image splits in the CLIP-family layouts (NPC/SDD and OSA; reference §0.1).
+"""Raw-image splits in the CLIP-family layouts (NPC/SDD and OSA; docs/data_formats.md).
 
 A dataset root holds the images and the annotations::
 
@@ -70,7 +70,7 @@ class PackedStrings(Sequence):
     """Strings stored as one UTF-8 buffer plus offsets: no per-item Python objects.
 
     A list of 150K Python strings is copied page by page into every forked DataLoader worker
-    as reference counts change; two arrays are not (the references' "memory leak", §7.1).
+    as reference counts change; two arrays are not (the references' "memory leak").
     """
 
     def __init__(self, items: Sequence[str]) -> None:

@@ -1,4 +1,4 @@
-"""Locate a split in the SCAN/NCR ``<root>/<name>_precomp/`` layout (reference §4.2).
+"""Locate a split in the SCAN/NCR ``<root>/<name>_precomp/`` layout (docs/data_formats.md).
 
 Files of one split (``split`` in train/dev/test/testall):
 

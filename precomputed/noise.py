@@ -1,4 +1,4 @@
-"""Noisy correspondence as data (STYLE pattern 15; reference §4.4, §6.7).
+"""Noisy correspondence as data (conventions of the field: docs/data_formats.md).
 
 Canonical format (NCR/DECL noise file): a 1-D int64 array of length N_cap whose value k is the
 image index assigned to caption k. UGNCL's release instead stores an image-level permutation

@@ -1,7 +1,7 @@
 """NPC/SDD/OSA noisy-caption text files <-> this package's NCR caption -> image index.
 
 The references store noise as ``{r}_noise_train_caps.txt``: the train captions with the
-*strings* of ``int(r * N)`` positions permuted among those positions (reference §0.1). Line
+*strings* of ``int(r * N)`` positions permuted among those positions (docs/data_formats.md). Line
 ``k`` is trained with image ``k // captions_per_image``. If line ``k`` holds the text of clean
 caption ``j``, the pair is (caption ``j``, image ``k // cpi``), which is ``index[j] = k // cpi``
 in the NCR format (a 1-D int64 array over the clean caption order, ``precomputed.noise``).
@@ -38,7 +38,7 @@ def noise_text_names(ratio: float) -> list[str]:
     """File names the references use for ratio ``r``: ``{r}_noise_train_caps.txt``.
 
     NPC writes ``str(noise_ratio)``, which is ``0`` for the int default and ``0.0`` from the
-    command line (§0.1), so both spellings are listed (``0.2`` has one).
+    command line (NPC's params.py), so both spellings are listed (``0.2`` has one).
     """
     spellings = [str(ratio), str(float(ratio))]
     if float(ratio).is_integer():

@@ -1,7 +1,7 @@
 """Caption tokeniser compatible with ``nltk.word_tokenize`` on captions, with no downloaded data.
 
-SCAN/NCR tokenise with ``nltk.tokenize.word_tokenize(caption.lower())`` (reference_implementations
-§4.3). That call needs nltk's ``punkt_tab`` model, which must be downloaded at run time. This
+SCAN/NCR tokenise with ``nltk.tokenize.word_tokenize(caption.lower())`` (their
+data.py). That call needs nltk's ``punkt_tab`` model, which must be downloaded at run time. This
 module reimplements both stages:
 
 1. sentence split: a Punkt approximation (:func:`split_sentences`) whose decisions are exact

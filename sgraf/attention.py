@@ -1,4 +1,4 @@
-"""Global self-attention vectors and SCAN text-to-image attention (section 5.2).
+"""Global self-attention vectors and SCAN text-to-image attention (SGRAF paper).
 
 ``VisualSA``/``TextSA`` keep the released module and parameter names so that released
 state dicts map onto them key for key.

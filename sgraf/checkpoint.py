@@ -4,7 +4,7 @@ Model file (also the core of trainer checkpoints): a plain dict
 ``{"version": 1, "model": state_dict, "model_config": SGRAF kwargs, **extra}`` that loads
 with ``torch.load(weights_only=True)``.
 
-Released containers (reference_implementations.md sections 4.7, 5.3, 6.8), each holding
+Released containers (NCR, DECL/UGNCL and SGRAF checkpoints), each holding
 lists ``[img_enc, txt_enc, sim_enc]`` of state dicts and a pickled ``argparse.Namespace``
 ``opt``:
 

@@ -1,4 +1,4 @@
-"""Image (W views) and caption encoders of SGRAF (reference_implementations.md section 5.2)."""
+"""Image (W views) and caption encoders of SGRAF (its release's model.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ def test_no_test_reads_outside_the_repository():
         for path in TESTS.rglob("*.py")
         if path.name != Path(__file__).name and '"shared"' in path.read_text(encoding="utf-8")
     ]
-    assert offenders == [], f"tests reading ../shared: {offenders}"
+    assert offenders == [], f"tests reading files outside the repository: {offenders}"
 
 
 def test_fixtures_are_in_the_repository_with_their_source():

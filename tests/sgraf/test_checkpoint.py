@@ -27,7 +27,7 @@ E, S, R, D, WD = TINY["embed_dim"], TINY["sim_dim"], TINY["num_regions"], TINY["
 
 
 def released_shapes(head: str, img_names: list[str], steps: int = 3) -> list[dict]:
-    """Key -> shape of [img_enc, txt_enc, sim_enc] exactly as in reference section 5.3."""
+    """Key -> shape of [img_enc, txt_enc, sim_enc] exactly as in the SGRAF release."""
     img = {}
     for fc in img_names:
         img.update({f"{fc}.weight": (E, D), f"{fc}.bias": (E,)})

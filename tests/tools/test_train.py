@@ -1,5 +1,5 @@
 """tools/train.py end to end on a tiny synthetic split (CPU): records, resume, clear errors;
-issue 9 hardening: consistent checkpoints after a kill, safe resume, no dead-end run
+Hardening: consistent checkpoints after a kill, safe resume, no dead-end run
 directories, one run's records, vocabulary checks, one error contract."""
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def test_eval_tool_single_and_ensemble(run_train, tool, tmp_path: Path, capsys) 
     assert "truncated or corrupt" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------- issue 9 hardening
+# ---------------------------------------------------------------- hardening
 
 
 def _ckpt(path: Path, epoch: int, best_epoch: int | None, tag: float) -> None:

@@ -120,7 +120,7 @@ def test_clip_trains_evaluates_and_resumes_exactly(run_clip, tool, tmp_path: Pat
 def test_one_noise_file_gives_one_sha256_in_both_setup_records(
     run_clip, tool, clip_world: Path, tmp_path: Path, tiny_model: list[str]
 ) -> None:
-    """The issue's check: an SGRAF (ugncl_synthetic) run and a CLIP run on the same noise file
+    """The shared-noise check: an SGRAF (ugncl_synthetic) run and a CLIP run on the same noise file
     record the same sha256 (setup only: no epoch is needed)."""
     noise_file = clip_world / "synthetic_precomp" / "noise_0.5_seed0.npy"
     shared = [

@@ -8,7 +8,7 @@ The pipeline for one split and one or more checkpoints is::
     results = evaluate_scores(scores, encoded.caption_to_image, protocol="coco5fold")
 
 Every image is encoded once (the released code encodes each image once per caption, in
-float64; reference_implementations.md section 4.6), embeddings are kept in float32 on the CPU;
+float64, NCR's evaluation.py), embeddings are kept in float32 on the CPU;
 for models whose ``score_all_pairs`` accepts an image source (SGRAF) :func:`evaluate_models`
 streams the images (:class:`StreamedImages`: encoded chunk by chunk while they are scored, so a
 split's region embeddings are never held at once; scores bit-identical to held ones),
@@ -313,10 +313,10 @@ def view_reducer(
     the DECL evidence UGNCL trains with by default); the evidence scores below use it.
 
     * ``"evidence"``: ``mean_w softplus(r_w) / tau``, the mean of the per-view *log* evidence
-      (UGNCL_METHOD.md section 10). Each view is ranked exactly as by its evidence
+      (docs/methods/ugncl.md). Each view is ranked exactly as by its evidence
       ``exp(softplus(r)/tau)``, but no view dominates the mean. This deliberately differs from the
       released code, which averages ``exp`` evidence, so the larger view decides
-      (reference_implementations.md section 6.8).
+      (UGNCL's evaluation.py).
     * ``"evidence_mean_exp"``: the released average, in log space:
       ``log(mean_w exp(softplus(r_w)/tau))``; the same ranking as the release without overflow.
     * ``"sigmoid"``: ``mean_w sigmoid(r_w)``.

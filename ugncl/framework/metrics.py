@@ -22,7 +22,7 @@ Conventions (used by every function here):
 
 The ranks are computed chunk by chunk (rows of the matrix) by counting candidates that beat the
 ground-truth score: no dense label matrix and no full ``argsort`` of the matrix (the released
-code allocates both, reference_implementations.md sections 1.7 and 4.6).
+code allocates both: NPC's and NCR's evaluation.py).
 """
 
 from __future__ import annotations

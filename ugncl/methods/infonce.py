@@ -3,7 +3,7 @@
 The CLIP references (NPC ``TotalLoss('mbank')``, SDD ``InfoNCELoss``, OSA ``CrossEn``) all use
 ``CE_i2t(i) = -log softmax_row(S)[i, i]`` and ``CE_t2i(i) = -log softmax_col(S)[i, i]`` on the
 matrix ``S = logit_scale.exp() * cos`` (rows images, columns captions) and combine them per pair
-as ``(CE_i2t + CE_t2i) / 2`` (reference_implementations.md sections 1.1, 2.2, 3.5).
+as ``(CE_i2t + CE_t2i) / 2`` (docs/methods/weighted.md).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def info_nce_per_sample(logits: Tensor) -> Tensor:
     """Symmetric InfoNCE of every pair of a batch.
 
     ``loss_i = (lse_j S_ij - S_ii + lse_j S_ji - S_ii) / 2``, computed with ``logsumexp`` in
-    float32 (SDD's plain ``exp`` overflows once a logit passes ~88.7, section 2.2).
+    float32 (SDD's plain ``exp`` overflows once a logit passes ~88.7).
 
     Args:
         logits: ``(K, K)`` (or ``(1, K, K)``) on the logit-scaled scale, rows images, columns

@@ -71,7 +71,7 @@ def test_kl_weight_annealing(anneal: int, epoch: int, expected: float) -> None:
 
 @pytest.mark.parametrize("name", ["ugncl_synthetic", "ugncl_flickr", "ugncl_coco", "ugncl_cc152k"])
 def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> None:
-    """Issue 8: the paper's xi1 = 0.1 and tau = 0.1 in every UGNCL config (the synthetic one
+    """The paper's xi1 = 0.1 and tau = 0.1 in every UGNCL config (the synthetic one
     used xi1 = 0 to dodge the softplus collapse); the evidence function defaults to tanh."""
     from ugncl.framework.config import load_config
 

@@ -2,7 +2,7 @@
 
 One view (W = 1). The raw score of (image i, caption k) is ``logit_scale.exp() * cos(i, k)``,
 the x~100 scale on which NPC, SDD and OSA put every threshold
-(reference_implementations.md section 0). Embeddings are L2-normalised by the encoders, so
+(docs/methods/weighted.md). Embeddings are L2-normalised by the encoders, so
 evaluation encodes each image and caption once and scores by matrix products in blocks.
 """
 

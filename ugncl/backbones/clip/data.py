@@ -21,8 +21,7 @@ from torch import Tensor
 from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.image_layout import ImageSplit
 
-# The contract's ugncl.framework.data.PairBatch has exactly these fields; the lead swaps the import
-# at merge.
+# ugncl.framework.data.PairBatch has exactly these fields.
 from ugncl.framework.data import PairBatch, SplitTrainingData
 
 __all__ = [

@@ -138,7 +138,7 @@ def detect_quick_gelu(state_dict: dict[str, Tensor], meta: dict) -> tuple[bool |
     if jit:
         return True, f"OpenAI layout (TorchScript-era keys {', '.join(jit)})"
     # OpenAI's clip.load -> build_model -> convert_weights: Linear/Conv/projection weights fp16,
-    # LayerNorm, embeddings and logit_scale fp32 (reference_implementations.md section 0).
+    # LayerNorm, embeddings and logit_scale fp32 (OpenAI's clip/model.py).
     half = [
         k for k in ("visual.conv1.weight", "text_projection", "visual.proj")
         if k in state_dict and state_dict[k].dtype == torch.float16

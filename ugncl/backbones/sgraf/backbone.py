@@ -25,7 +25,7 @@ SimilarityModel.register(SGRAF)
 
 @dataclass
 class SGRAFConfig:
-    """SGRAF network sizes (reference_implementations.md section 5.1)."""
+    """SGRAF network sizes (the SGRAF/NCR release defaults)."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"head": HEADS}
     RANGES: ClassVar[dict[str, str]] = {

@@ -1,4 +1,4 @@
-"""Uncertainty-guided division of training pairs (paper Eqs. 4-11, METHOD sections 3-6).
+"""Uncertainty-guided division of training pairs (paper Eqs. 4-11; docs/methods/ugncl.md).
 
 Pure tensor functions turn one batch of raw scores ``(W, K, K)`` into per-pair opinions,
 normalised uncertainty, soft labels and one of four sets; :class:`DivisionAccumulator`
@@ -115,7 +115,7 @@ def fused_log_evidence(
     Per view ``log(e[i, k] + e[k, i])`` (Eq. 4 in log space), fused over views by
     :func:`ugncl.methods.ugncl.evidential.log_ds_combine_many`; no ceiling, float64 (float32 on
     MPS).
-    Decision (issue 8): with the capped evidence every score above ``raw ~ 5`` (softplus,
+    Decision: with the capped evidence every score above ``raw ~ 5`` (softplus,
     tau 0.1) had the same evidence, so the argmax of Eq. 9 broke ties by index and marked
     clean pairs noisy; here a higher raw score always has more evidence.
 
@@ -187,7 +187,7 @@ def floor_uncertainty(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """Fused uncertainty when every evidence sits at its minimum (METHOD section 5).
+    """Fused uncertainty when every evidence sits at its minimum (docs/methods/ugncl.md).
 
     Computed by running the same pipeline (:func:`fused_log_evidence`) on a ``(W, K, K)``
     batch at the minimum log evidence (:func:`ugncl.methods.ugncl.evidential.min_log_evidence`:
@@ -226,7 +226,7 @@ def normalised_uncertainty(
     function: EvidenceFunction = "softplus",
     centred: bool = False,
 ) -> Tensor:
-    """``u_bar = u / u_floor`` (METHOD section 5): 1 = no evidence beyond the vacuous batch.
+    """``u_bar = u / u_floor`` (docs/methods/ugncl.md): 1 = no evidence beyond the vacuous batch.
 
     Args:
         u: fused uncertainty ``(K,)`` of a batch of K pairs.

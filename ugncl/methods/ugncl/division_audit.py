@@ -1,4 +1,4 @@
-"""How much of a trained UGNCL model's division is memorisation (issue 8, stop 27).
+"""How much of a trained UGNCL model's division is memorisation.
 
 A division can miss a noisy pair for two reasons: the model cannot tell its caption from a
 true one (generalisation), or it has been trained on the pair as clean and learnt it

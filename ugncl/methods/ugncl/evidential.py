@@ -2,7 +2,7 @@
 
 Every function takes and returns tensors, never modules or config objects, and creates new
 tensors on the device and dtype of its inputs. Equation numbers refer to the UGNCL paper;
-``../shared/docs/UGNCL_METHOD.md`` fixes the reading of each equation.
+docs/methods/ugncl.md fixes the reading of each equation.
 
 Numerical contract (the reason for most of the code below):
 
@@ -149,7 +149,7 @@ def evidence(
         tau: temperature.
         ceiling: cap on the log evidence (see :func:`log_evidence`).
         floor: ``"keep"`` returns the released evidence, always ``>= 1`` (the evidence
-            floor, METHOD section 5); ``"subtract"`` returns ``e - 1 >= 0`` so that a score
+            floor, docs/methods/ugncl.md); ``"subtract"`` returns ``e - 1 >= 0`` so that a score
             at the floor carries no evidence (Subjective Logic). Softplus only.
         function: ``"softplus"`` (paper) or ``"tanh"`` (DECL).
 
@@ -458,7 +458,7 @@ def edl_loss(alpha: Tensor, target: Tensor, kl_weight: float) -> Tensor:
 
 
 def trusted_margin_factor(u: Tensor, delta: float, clean: bool) -> Tensor:
-    """Trusted-margin factor of hard pairs (paper Eq. 17, decoded; METHOD section 8).
+    """Trusted-margin factor of hard pairs (paper Eq. 17, decoded; docs/methods/ugncl.md).
 
     ``f_C(u) = 1 / (1 + (u / (1 - u))^delta) = sigmoid(-delta * logit(u))`` for hard-clean and
     ``f_N(u) = 1 / (1 + ((1 - u) / u)^delta) = sigmoid(delta * logit(u))`` for hard-noisy

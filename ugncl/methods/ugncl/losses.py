@@ -70,7 +70,7 @@ def _hinge_costs(scores: Tensor, margins: Tensor) -> tuple[Tensor, Tensor]:
     Returns ``(cost_i2t, cost_t2i)``, each ``(K, K)`` with row = anchor, column = negative,
     diagonal zero: ``cost_i2t[i, j] = [m_i + s[i, j] - s[i, i]]_+`` (image i, caption j) and
     ``cost_t2i[j, i] = [m_j + s[i, j] - s[j, j]]_+`` (caption j, image i). The released code
-    indexes text-to-image margins by image rows (reference_implementations 6.4); here the
+    indexes text-to-image margins by image rows (UGNCL's model code); here the
     caption anchor's margin is used.
     """
     diag = scores.diagonal()
@@ -236,7 +236,7 @@ def evidential_loss(
     averaged over views.
 
     The fused opinion is built and the loss evaluated in float64 (float32 on MPS) with no
-    cap on the fused strength. Decision (issue 8): the former cap ``S <= 2K exp(ceiling)``
+    cap on the fused strength. Decision: the former cap ``S <= 2K exp(ceiling)``
     scaled ``alpha - 1`` to a fixed strength, so the loss stopped depending on the evidence
     and a confidently scored noisy pair (softplus, raw 4, K 32, W 2) got ``d L / d raw``
     ~1e-5 instead of ~1 (``per_view``). Per-view log evidence is at most ``ceiling`` (50) or

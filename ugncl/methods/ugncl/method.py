@@ -1,6 +1,6 @@
 """UGNCL: uncertainty-guided division at each epoch start, evidential + trusted robust loss.
 
-UGNCL_METHOD.md sections 6-9. The division pass runs over the whole training set with the
+Equations: docs/methods/ugncl.md. The division pass runs over the whole training set with the
 model in eval mode, in a seeded shuffled order, in batches of K; each sample keeps its set,
 soft label and normalised uncertainty until the next epoch. With ``division_pass: training``
 there is no such pass: the training steps record each pair's division within its training
@@ -45,7 +45,7 @@ DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses
 
 @dataclass
 class UGNCLConfig:
-    """UGNCL hyper-parameters (``method.ugncl``); names follow UGNCL_METHOD.md."""
+    """UGNCL hyper-parameters (``method.ugncl``); names follow docs/methods/ugncl.md."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
         "evidence": ("tanh", "softplus"),

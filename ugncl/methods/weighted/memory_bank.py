@@ -3,7 +3,7 @@
 Everything is indexed by dataset sample index (caption position in the split) or image index,
 never by loader order: per-sample arrays are filled by scattering batches into
 :class:`EmbeddingTable`, so the releases' bug of indexing loader-ordered features with
-dataset ids (NPC get_memorybank.py:61-73, SDD :37-45, reference section 1.2) cannot happen.
+dataset ids (NPC get_memorybank.py:61-73, SDD :37-45) cannot happen.
 
 Bank entries are sample indices of clean training pairs: the bank pair of sample ``k`` on the
 image side is ``image_bank[image_index[k]]`` (nearest clean pair to ``k``'s image), on the text
@@ -122,7 +122,7 @@ def nearest_clean(
     """Top-1 key of every query by cosine, the query's own entry excluded, in blocks.
 
     Both sides are L2-normalised (the release keeps raw keys, biasing top-1 toward large-norm
-    keys, section 1.2). Memory is ``query_block x key_block`` scores at a time, so a 150k x
+    keys). Memory is ``query_block x key_block`` scores at a time, so a 150k x
     150k problem never materialises. Ties go to the lowest key position.
 
     Args:

@@ -1,6 +1,6 @@
 """NPC (negative pre-aware contrastive, AAAI'24) as a method of the one trainer.
 
-Reference section 1 (release read line by line). The paper's reading is the default:
+Release read line by line: docs/methods/weighted.md. The paper's reading is the default:
 * the loss is ``mean_k w_k * InfoNCE_k`` with **per-sample** weights (the release multiplies
   batch-mean losses, collapsing w to one scalar per batch, NPC#18; ``weighting: batch_scalar``
   reproduces it) plus a **trainable** memory-bank loss ``L_MB`` computed with the model (the
@@ -126,7 +126,7 @@ class BankSiamese(nn.Module):
         self.bank: MemoryBank | None = None
         # Not a registered submodule on purpose: it is re-synced from the model before every
         # use, so it stays out of checkpoints (half their size; the release does not save it
-        # either, section 1.7) and resume does not depend on setup having created it.
+        # either, docs/methods/weighted.md) and resume does not depend on setup having created it.
         self._siamese: list[SiameseCopy] = []
         self._fetch = None
         self.epoch_weights: np.ndarray | None = None  # last weight of each sample this epoch
@@ -163,7 +163,7 @@ class BankSiamese(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Per-sample InfoNCE ``(K,)`` of the image-bank and text-bank pairs under ``model``.
 
-        Each bank pair forms its side's ``K x K`` in-batch matrix (section 1.4 step 2). With
+        Each bank pair forms its side's ``K x K`` in-batch matrix (docs/methods/weighted.md). With
         ``batch_emb`` (the batch's image and caption embeddings under ``model`` at its current
         weights) only the images and captions the batch lacks are encoded; else every distinct
         one the two sides use is encoded once.
@@ -213,7 +213,7 @@ class BankSiamese(nn.Module):
         before: tuple[Tensor, Tensor] | None = None,
         batch_emb: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, OneStepLosses]:
-        """NPC/SDD significance weight ``(K,)`` of the batch's pairs (section 1.4 steps 1-5).
+        """NPC/SDD significance weight ``(K,)`` of the batch's pairs (docs/methods/weighted.md).
 
         Args:
             model: the model being trained.

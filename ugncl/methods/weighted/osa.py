@@ -1,4 +1,4 @@
-"""OSA (one-step anti-noise) as a method of the one trainer (reference section 3).
+"""OSA (one-step anti-noise) as a method of the one trainer (docs/methods/weighted.md).
 
 A frozen estimator scores every training pair once, in ``setup``: with the estimator frozen a
 pair's weight never changes, so the release's estimator forward in every batch
@@ -7,7 +7,7 @@ cached in the run directory (``osa_weights.npz``) and reused on resume; the esti
 released. Loss: ``mean_k w_k * InfoNCE_k`` (the release's ``CrossEn`` on rows and columns).
 
 * beta: the mean estimator score of non-matching training pairs (the paper's space shift;
-  the release scores uniform-noise pixels against random token ids, section 3.3), or a fixed
+  the release scores uniform-noise pixels against random token ids), or a fixed
   value from the config.
 * scoring: ``paper`` ``w = x^2 (1 - x)`` on the debiased cosine; ``released`` ``x / batch max``
   and ``x^2 (1 - x^2)``, computed per batch as released; no NaN when no pair exceeds beta.

@@ -1,4 +1,4 @@
-"""SDD (self-drop + dual weight) as a method of the one trainer (reference section 2).
+"""SDD (self-drop + dual weight) as a method of the one trainer (docs/methods/weighted.md).
 
 Per epoch (``on_epoch_start``): the diagonal logit-scaled similarity of every training pair
 under the current model; a 2-component GMM on it gives the consistency weight (higher-mean

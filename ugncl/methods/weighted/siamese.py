@@ -1,4 +1,4 @@
-"""The one-step siamese copy shared by NPC and SDD (reference section 1.4 steps 1-4, SDD 2.4).
+"""The one-step siamese copy shared by NPC and SDD (docs/methods/weighted.md).
 
 Per batch: copy the model's trainable state into the siamese copy, evaluate the memory-bank
 losses, take one optimiser step of a (per-sample weighted) loss on the batch with the copy,

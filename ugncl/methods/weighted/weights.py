@@ -1,8 +1,8 @@
 """Per-sample weight formulas of NPC, SDD and OSA (pure functions; no model inside).
 
 Scores named ``sim`` are on the logit-scaled CLIP scale (``logit_scale.exp() * cos``, x100 for
-pretrained CLIP), the scale every CLIP reference thresholds on (reference_implementations.md
-section 0). Sources: NPC section 1.4, SDD sections 2.3-2.5, OSA sections 3.3-3.4, table 8.2.
+pretrained CLIP), the scale every CLIP reference thresholds on (docs/methods/weighted.md).
+Sources: NPC's, SDD's and OSA's released training code and papers (docs/methods/weighted.md).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def significance_ratio(
 
 
 def npc_weight(r: Tensor) -> Tensor:
-    """``w = tanh(r) if r < 1 else 1`` (NPC Eq. of the negative-impact weight, section 8.2).
+    """``w = tanh(r) if r < 1 else 1`` (NPC Eq. of the negative-impact weight).
 
     ``r < 1``: one step on the batch *raised* the loss of the clean neighbours, so the pair is
     treated as harmful and down-weighted to ``tanh(r) < tanh(1) = 0.7616``.
@@ -193,7 +193,7 @@ def auto_sdd_thresholds(
 
 
 class SpaceShift:
-    """Accumulates the scores of non-matching pairs: OSA's space shift beta (section 3.3).
+    """Accumulates the scores of non-matching pairs: OSA's space shift beta.
 
     The paper defines the shift as the mean similarity of unrelated pairs. The release scores
     uniform-noise pixels against random token ids in [0, 99] without SOT/EOT (depending on the

@@ -187,7 +187,7 @@ def test_division_quality_empty_sets_are_nan_free():
         division_quality(np.zeros(3), np.ones(2, dtype=bool))
 
 
-# ------------------------------------------------- issue 8: no ties, tanh evidence, hard sets
+# ------------------------------------------------- no ties, tanh evidence, hard sets
 
 
 @pytest.mark.parametrize("W", [1, 2])

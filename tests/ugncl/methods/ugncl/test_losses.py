@@ -332,7 +332,7 @@ def test_objective_shape_errors():
     assert trusted_margin_factor(torch.tensor([0.3]), 0.0, True).item() == 0.5
 
 
-# --------------------------------------------------- issue 8: fused loss keeps its gradient
+# --------------------------------------------------- fused loss keeps its gradient
 
 
 @pytest.mark.parametrize(
@@ -375,7 +375,7 @@ def _offset_gradient(centring: str, seed: int = 0) -> tuple[float, float]:
 
 
 def test_uncentred_kl_lowers_every_score_through_the_shared_offset():
-    """Issue 8 item 3 (mechanism): at a random start the objective falls when every score
+    """Mechanism: at a random start the objective falls when every score
     falls together (positive d L / d offset), which is how the KL term drives every evidence,
     the diagonal's included, to exp(-1/tau). Centred, the offset has no gradient at all."""
     grad_none, _ = _offset_gradient("none")

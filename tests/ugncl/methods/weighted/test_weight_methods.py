@@ -1,6 +1,6 @@
 """Siamese copy and the NPC / SDD / OSA methods on a tiny CLIP-like model (CPU, seconds).
 
-The trainer's MethodContext is stood in for by ``FakeContext`` (the names of CONTRACT.md:
+The trainer's MethodContext is stood in for by ``FakeContext`` (the names of docs/design.md:
 model, device, precision, run_dir, seed, num_samples, clean, image_index, batches, fetch).
 """
 
@@ -408,7 +408,7 @@ def test_osa_missing_estimator_checkpoint_is_a_user_error(tmp_path):
 
 
 class ReferenceNPC:
-    """NPC's per-batch procedure written out plainly (paper; reference section 1.4): a siamese
+    """NPC's per-batch procedure written out plainly (paper; docs/methods/weighted.md): a siamese
     model loaded from the model's state, bank losses before, one AdamW step on the batch's mean
     InfoNCE, bank losses after, ``w``, and ``mean(w * InfoNCE) + L_MB`` with the model."""
 
