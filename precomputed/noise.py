@@ -1,9 +1,20 @@
 """Noisy correspondence as data (conventions of the field: docs/data_formats.md).
 
-Canonical format (NCR/DECL noise file): a 1-D int64 array of length N_cap whose value k is the
-image index assigned to caption k. UGNCL's release instead stores an image-level permutation
-(length N_img; caption k uses ``perm[k // cpi]``); it is converted explicitly with
-:func:`image_permutation_to_caption_index`, never read as a caption index by accident.
+Canonical format (NCR's noise file): a 1-D int64 array of length N_cap whose value k is the
+image index assigned to caption k. The field's other conventions (:data:`NOISE_CONVENTIONS`)
+are told apart by :func:`detect_noise_convention` and read or converted by
+:func:`read_noise_file`:
+
+* ``ncr``: NCR's caption-level index, ``{data_name}_{r}.npy``, (N_cap,);
+* ``l2rm``: L2RM's released files, under NCR's file name and length, but image-level noise
+  (every image's ``cpi`` captions point to one image; the images are permuted);
+* ``image``: DECL's, RCL's (``noise_inx_{r}.npy``) and UGNCL's image-level permutation,
+  (N_img,); caption k uses ``perm[k // cpi]``;
+* ``text``: NPC/SDD/OSA's ``{r}_noise_train_caps.txt``, the train captions with the strings
+  of ``int(r * N)`` positions permuted (:mod:`precomputed.noise_text`).
+
+An image-level permutation is never read as a caption index by accident, and a file whose
+convention cannot be told is refused.
 
 Number of corrupted captions: ``int(ratio * N_cap)`` (floor), exactly as NCR.
 """
@@ -20,14 +31,26 @@ from ._io import atomic_open
 from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 
 __all__ = [
+    "NOISE_CONVENTIONS",
     "clean_image_index",
+    "detect_noise_convention",
     "image_permutation_to_caption_index",
     "load_noise_index",
     "make_caption_noise",
     "noise_sha256",
     "num_noisy",
+    "read_noise_file",
     "save_noise_index",
 ]
+
+# What each convention is; the keys are what detect_noise_convention returns.
+NOISE_CONVENTIONS: dict[str, str] = {
+    "ncr": "NCR caption-level index (N_cap,): value k is the image of caption k",
+    "l2rm": "L2RM image-level noise repeated per caption (N_cap,), under NCR's file name",
+    "image": "DECL/RCL/UGNCL image-level permutation (N_img,): caption k -> perm[k // cpi]",
+    "text": "NPC/SDD/OSA {r}_noise_train_caps.txt: the train captions, strings shuffled",
+}
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def clean_image_index(num_images: int, captions_per_image: int) -> np.ndarray:
@@ -129,16 +152,17 @@ def load_noise_index(
         path: ``.npy`` file.
         num_images: images of the split.
         captions_per_image: captions per image of the split.
-        fmt: ``"caption"`` (NCR/DECL: length N_cap) or ``"image"`` (UGNCL release: a permutation
-            of length N_img, converted with :func:`image_permutation_to_caption_index`).
+        fmt: ``"caption"`` (NCR, L2RM: length N_cap), ``"image"`` (DECL/RCL/UGNCL: a permutation
+            of length N_img, converted with :func:`image_permutation_to_caption_index`) or
+            ``"auto"`` (told apart by :func:`detect_noise_convention`; refused when it cannot).
 
     Raises:
         DataNotFoundError: missing file.
         DataFormatError: not 1-D, not integer, wrong length (an image-level file passed as
             ``fmt="caption"`` is named as such), or values outside [0, num_images).
     """
-    if fmt not in ("caption", "image"):
-        raise ValueError(f'fmt must be "caption" or "image", got {fmt!r}')
+    if fmt not in ("caption", "image", "auto"):
+        raise ValueError(f'fmt must be "caption", "image" or "auto", got {fmt!r}')
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(
@@ -156,6 +180,11 @@ def load_noise_index(
             f"noise file {path} has dtype {index.dtype}; expected integers (int64 image indices)"
         )
     num_captions = num_images * captions_per_image
+    if fmt == "auto":
+        convention = detect_noise_convention(
+            index, num_images=num_images, captions_per_image=captions_per_image, where=str(path)
+        )
+        fmt = "image" if convention == "image" else "caption"
     if fmt == "image":
         if len(index) != num_images:
             raise DataFormatError(
@@ -184,3 +213,134 @@ def load_noise_index(
     if fmt == "image":
         index = image_permutation_to_caption_index(index, captions_per_image)
     return index
+
+
+def detect_noise_convention(
+    index: np.ndarray, *, num_images: int, captions_per_image: int, where: str = "noise index"
+) -> str:
+    """Which convention (:data:`NOISE_CONVENTIONS`) a loaded noise array follows.
+
+    Args:
+        index: the array as loaded, (N_cap,) or (N_img,) integers.
+        num_images: images of the split.
+        captions_per_image: captions per image of the split (cpi).
+        where: the file, for messages.
+
+    Returns:
+        ``"ncr"`` (caption-level; also every file when cpi = 1, where the conventions
+        coincide, and an index without noise), ``"l2rm"`` (length N_cap, each image's cpi
+        captions on one image, those images a permutation) or ``"image"`` (length N_img, a
+        permutation).
+
+    Raises:
+        DataFormatError: not a 1-D integer array, values outside [0, num_images), or a length
+            or content that fits no convention (the message names what was expected).
+    """
+    index = np.asarray(index)
+    if index.ndim != 1 or not np.issubdtype(index.dtype, np.integer):
+        raise DataFormatError(
+            f"cannot tell the noise convention of {where}: shape {index.shape} dtype "
+            f"{index.dtype}; every convention is a 1-D integer array (docs/data_formats.md)"
+        )
+    if len(index) and (int(index.min()) < 0 or int(index.max()) >= num_images):
+        raise DataFormatError(
+            f"{where} has values in [{int(index.min())}, {int(index.max())}]; image indices "
+            f"must lie in [0, {num_images}) for this split: it was written for another split"
+        )
+    cpi = captions_per_image
+    num_captions = num_images * cpi
+    is_permutation = (
+        len(index) == num_images and (np.bincount(index, minlength=num_images) == 1).all()
+    )
+    if len(index) == num_captions:
+        if cpi == 1:
+            return "ncr"
+        blocks = index.reshape(num_images, cpi)
+        if (blocks == blocks[:, :1]).all():
+            images = blocks[:, 0]
+            if np.array_equal(images, np.arange(num_images)):
+                return "ncr"  # no noise: every convention reads the same
+            if (np.bincount(images, minlength=num_images) == 1).all():
+                return "l2rm"
+        return "ncr"
+    if len(index) == num_images:
+        if is_permutation:
+            return "image"
+        raise DataFormatError(
+            f"cannot tell the noise convention of {where}: its length {len(index)} is the "
+            "number of images, but it is not a permutation of them (DECL/RCL/UGNCL's image-level "
+            f"files always are); a caption-level index has {num_captions} entries "
+            f"({num_images} images x {cpi})"
+        )
+    raise DataFormatError(
+        f"cannot tell the noise convention of {where}: length {len(index)} is neither the "
+        f"number of captions ({num_captions}: NCR, L2RM) nor of images ({num_images}: DECL, "
+        "RCL, UGNCL) of this split; it was written for another split or subset: write one "
+        "with tools/make_noise.py"
+    )
+
+
+def read_noise_file(
+    path: str | Path,
+    *,
+    num_images: int,
+    captions_per_image: int,
+    clean_captions: list[str] | None = None,
+) -> tuple[np.ndarray, str]:
+    """Read a noise file of any convention of :data:`NOISE_CONVENTIONS` as NCR's index.
+
+    A ``.npy`` array (told by its magic bytes, whatever its name) is classified by
+    :func:`detect_noise_convention`; a UTF-8 text file is NPC/SDD/OSA's noisy-caption file and
+    needs the split's clean captions (:func:`precomputed.noise_text.noisy_text_to_caption_index`).
+
+    Args:
+        path: the noise file.
+        num_images: images of the split.
+        captions_per_image: captions per image.
+        clean_captions: (N_cap,) the split's clean captions in SCAN order (text files only).
+
+    Returns:
+        ((N_cap,) int64 caption -> image index, the convention's key).
+
+    Raises:
+        DataNotFoundError: missing file.
+        DataFormatError: a file whose convention cannot be told, or that does not fit the split.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataNotFoundError(
+            f"noise file {path} not found; write one with tools/make_noise.py (NCR format: 1-D "
+            "int64, one image index per caption)"
+        )
+    with open(path, "rb") as f:
+        head = f.read(len(_NPY_MAGIC))
+    if head == _NPY_MAGIC:
+        try:
+            array = np.load(path, allow_pickle=False)
+        except ValueError as err:
+            raise DataFormatError(f"noise file {path} is not a plain .npy array ({err})") from err
+        convention = detect_noise_convention(
+            array, num_images=num_images, captions_per_image=captions_per_image, where=str(path)
+        )
+        index = array.astype(np.int64)
+        if convention == "image":
+            index = image_permutation_to_caption_index(index, captions_per_image)
+        return index, convention
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataFormatError(
+            f"cannot tell the noise convention of {path}: neither a .npy array (NCR, L2RM, "
+            "DECL/RCL/UGNCL) nor a UTF-8 caption file (NPC/SDD/OSA's "
+            "{r}_noise_train_caps.txt); see docs/data_formats.md"
+        ) from None
+    if clean_captions is None:
+        raise DataFormatError(
+            f"{path} is a text file (NPC/SDD/OSA's {{r}}_noise_train_caps.txt convention); it "
+            "needs the split's clean captions: convert it with tools/convert_noise_text.py"
+        )
+    from .noise_text import noisy_text_to_caption_index  # noise_text does not import noise
+
+    lines = [line.strip() for line in text.splitlines()]
+    index = noisy_text_to_caption_index(clean_captions, lines, captions_per_image, where=str(path))
+    return index, "text"

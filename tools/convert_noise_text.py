@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--captions-per-image", type=int, required=True, help="5 F30K/COCO, 1 CC")
     p.add_argument("--noisy-caps", help="{r}_noise_train_caps.txt to convert")
     p.add_argument("--out", help="output NCR noise index (.npy)")
-    p.add_argument("--noise-index", help="NCR noise index (.npy) to write as text")
+    p.add_argument("--noise-index", help="noise index (.npy: NCR, L2RM, DECL/RCL) to write as text")
     p.add_argument("--to-text", help="output noisy-caption text file")
     args = p.parse_args(argv)
     forward = args.noisy_caps is not None or args.out is not None
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"--captions-per-image {cpi}"
                 )
             index = load_noise_index(
-                args.noise_index, num_images=len(clean) // cpi, captions_per_image=cpi
+                args.noise_index, num_images=len(clean) // cpi, captions_per_image=cpi, fmt="auto"
             )
             lines = caption_index_to_noisy_text(clean, index, cpi)
             with atomic_open(args.to_text, "w", encoding="utf-8", newline="\n") as f:

@@ -6,6 +6,12 @@ Examples::
         --out noise/f30k_0.4_seed0.npy
     python tools/make_noise.py --data-root data --name f30k_precomp --captions-per-image 5 \\
         --from-image-perm f30k_noise.npy --out noise/f30k_ugncl.npy
+    python tools/make_noise.py --data-root data --name f30k_precomp \\
+        --from-file noise_inx_0.2.npy --out noise/f30k_rcl_0.2.npy
+
+``--from-file`` reads any convention of the field (NCR, L2RM, DECL/RCL/UGNCL, NPC/SDD/OSA's
+``{r}_noise_train_caps.txt``; docs/data_formats.md), names the one it found, and refuses a file
+whose convention it cannot tell.
 
 The file holds one int64 image index per caption (NCR format); its sha256 is printed.
 """
@@ -20,10 +26,12 @@ from precomputed.captions import check_caption_count, read_captions
 from precomputed.features import open_features
 from precomputed.layout import KNOWN_DATASETS, locate_split
 from precomputed.noise import (
+    NOISE_CONVENTIONS,
     clean_image_index,
     load_noise_index,
     make_caption_noise,
     noise_sha256,
+    read_noise_file,
     save_noise_index,
 )
 from ugncl.framework.cli import cli_main
@@ -52,10 +60,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="convert this UGNCL image-level permutation (.npy, length N_img) instead",
     )
+    p.add_argument(
+        "--from-file",
+        default=None,
+        help="convert a noise file of any convention (NCR, L2RM, DECL/RCL/UGNCL .npy; "
+        "NPC/SDD/OSA {r}_noise_train_caps.txt), told apart from its content",
+    )
     p.add_argument("--out", required=True, help="output .npy path")
     args = p.parse_args(argv)
-    if (args.ratio is None) == (args.from_image_perm is None):
-        p.error("give exactly one of --ratio or --from-image-perm")
+    if sum(a is not None for a in (args.ratio, args.from_image_perm, args.from_file)) != 1:
+        p.error("give exactly one of --ratio, --from-image-perm or --from-file")
     cpi = args.captions_per_image
     if cpi is None:
         if args.name not in KNOWN_DATASETS:
@@ -65,10 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     store = open_features(paths.features, allow_nonfinite=True)
     num_images = len(store)
     store.close()
-    check_caption_count(
-        len(read_captions(paths.captions)), num_images, cpi, where=str(paths.captions)
-    )
-    if args.from_image_perm is not None:
+    captions = read_captions(paths.captions)
+    check_caption_count(len(captions), num_images, cpi, where=str(paths.captions))
+    if args.from_file is not None:
+        index, convention = read_noise_file(
+            args.from_file, num_images=num_images, captions_per_image=cpi, clean_captions=captions
+        )
+        print(f"read {args.from_file}: {NOISE_CONVENTIONS[convention]}")
+    elif args.from_image_perm is not None:
         index = load_noise_index(
             args.from_image_perm, num_images=num_images, captions_per_image=cpi, fmt="image"
         )

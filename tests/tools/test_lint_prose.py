@@ -1,4 +1,4 @@
-"""tools/lint_prose.py: development-process words and outside citations fail, ordinary words pass."""
+"""tools/lint_prose.py: process words and outside citations fail, ordinary words pass."""
 
 from __future__ import annotations
 

@@ -241,7 +241,7 @@ def choices() -> dict[str, tuple[str, ...]]:
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "train.amp": ("auto", "off", "bf16", "fp16"),
-    "data.noise_format": ("caption", "image"),
+    "data.noise_format": ("caption", "image", "auto"),
     "data.clip.naming": ("auto", "f30k", "coco", "cc"),
     "data.clip.layout": ("auto", "scan_split", "osa"),
 }
