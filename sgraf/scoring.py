@@ -125,7 +125,7 @@ def score_pairs(
             decides). Captions are visited sorted by length and each block is trimmed to its
             longest, so smaller blocks score fewer padded words: a CPU-sized training batch of
             32 (mean 9 words, longest ~17) in blocks of 8 cut the CPU time of a UGNCL training
-            step by 25-30% (``SGRAF.block_captions``; README "The epoch budget"). The scores
+            step by 25-30% (``SGRAF.block_captions``; docs/methods/ugncl.md). The scores
             are the same up to float rounding.
 
     Returns:

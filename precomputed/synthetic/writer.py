@@ -215,8 +215,8 @@ def redraw_nuisance(src_root: str | Path, out_dir: str | Path, redraw: int = 1) 
     each image's identity (the vector shared by its regions) changes.
 
     A model that divides a noisy pair differently on the redrawn images learnt that pair
-    through its image's identity, not its content (README "The image projection's weight
-    decay"; ``tools/audit_division.py --data-root``).
+    through its image's identity, not its content (docs/methods/ugncl.md;
+    ``tools/audit_division.py --data-root``).
 
     Args:
         src_root: data root of a world :func:`make_synthetic` wrote.

@@ -162,7 +162,7 @@ def image_decay_override(
 
     Why per RMS: decoupled weight decay pulls every weight towards 0 at the same rate, while
     the weights a projection needs scale as 1 / feature scale, so one decay value is weak on
-    large features and strong on small ones (README "The image projection's weight decay")."""
+    large features and strong on small ones (docs/methods/ugncl.md)."""
     if per_rms is None:
         return []
     weights = getattr(model, "image_projection_weights", None)

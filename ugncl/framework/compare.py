@@ -12,10 +12,10 @@ and R@1 both ways (the first protocol section of the last test, e.g. COCO's 5-fo
 epoch of the tested weights, the last epoch's noise detection (``noisy_f1`` of UGNCL's
 ``division`` or a method's ``noise_detection`` record, ``weight_auc`` of weight-based methods;
 blank where the method records none), the sizes and true-clean shares of UGNCL's hard sets in
-that division (the determined sets are empty in every synthetic run, README "UGNCL
-equations"), and the training wall time from the records' timestamps. ``threads`` is the CPU
-thread count the run used (its ``setup`` record; a CPU run's numbers depend on it, README
-"Demo").
+that division (the determined sets are empty in every synthetic run,
+docs/methods/ugncl.md), and the training wall time from the records' timestamps. ``threads``
+is the CPU thread count the run used (its ``setup`` record; a CPU run's numbers depend on
+it, docs/research/2026-ugncl-synthetic.md).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ class TrainConfig:
     # Weight decay of the image projection alone (SGRAF's per-view fc weights, the map that
     # reads each image's raw features), per unit of the training features' RMS: the decay
     # applied is this x RMS, so it means the same for features of any scale. null:
-    # train.weight_decay (README "The image projection's weight decay").
+    # train.weight_decay (docs/methods/ugncl.md).
     image_decay_per_rms: float | None = None
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999

@@ -62,7 +62,7 @@ def test_demo_rows_train_one_model_on_one_split() -> None:
 
 def test_clean_reference_trains_as_long_as_ugncl() -> None:
     # UGNCL/clean is a demo target: a reference trained for fewer epochs than UGNCL would
-    # flatter the ratio (README "The epoch budget, again").
+    # flatter the ratio (docs/methods/ugncl.md).
     clean, ugncl = (load_config(n)[0].train for n in ("clean_synthetic", "ugncl_synthetic"))
     assert clean.warmup_epochs + clean.epochs == ugncl.warmup_epochs + ugncl.epochs
 
@@ -204,7 +204,7 @@ def test_ugncl_configs_keep_the_papers_per_anchor_loss_balance(name: str) -> Non
     # averaged over its queries, so each anchor's TRL weighs xi2 against 1/K of L_e: the
     # paper's xi2 = 0.8 at K = 128 is xi2 * K = 102.4. ugncl_synthetic (K = 32) with xi2 = 0.8
     # gave a quarter of that, and xi1 = 0.1 then held every score down even on the true
-    # clean/noisy split (README "UGNCL equations", "The KL brake").
+    # clean/noisy split (docs/methods/ugncl.md, "The KL brake").
     config, _ = load_config(name)
     ugncl = config.method.ugncl
     assert (ugncl.kl_weight, ugncl.tau) == (0.1, 0.1)

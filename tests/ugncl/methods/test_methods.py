@@ -83,7 +83,7 @@ def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> No
 
 
 def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> None:
-    """After warm-up at xi1 = 0.1 every pair has u_bar ~ 0.995 (README "UGNCL equations").
+    """After warm-up at xi1 = 0.1 every pair has u_bar ~ 0.995 (docs/methods/ugncl.md).
     The paper's Delta = 10 gives f_C = sigmoid(-10 logit(0.995)) ~ 1e-23: no margin for any
     hard-clean pair. The default Delta = 0 keeps half the soft margin."""
     from ugncl.methods.ugncl.losses import soft_margin, trusted_margins
@@ -101,7 +101,7 @@ def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> N
 
 @pytest.mark.parametrize("hard_noisy_trl", [True, False])
 def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl: bool) -> None:
-    """Default (false, README "UGNCL equations"): a batch divided entirely into hard-noisy
+    """Default (false, docs/methods/ugncl.md): a batch divided entirely into hard-noisy
     pairs gets no trusted-robust term; the paper's Eq. 16 (true) gives it the soft hinge."""
     import numpy as np
 
@@ -122,7 +122,7 @@ def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl:
 
 def test_noisy_pairs_keep_the_papers_evidential_target_by_default() -> None:
     """Default noisy_edl=True (paper Eq. 15): a batch divided entirely hard-noisy has an
-    evidential loss; noisy_edl=False (measured, not adopted: README "UGNCL equations")
+    evidential loss; noisy_edl=False (measured, not adopted: docs/methods/ugncl.md)
     leaves every query out, L_e = 0."""
     import numpy as np
 
@@ -148,7 +148,7 @@ def test_noisy_pairs_keep_the_papers_evidential_target_by_default() -> None:
 def test_hard_target_switch_reaches_the_evidential_loss() -> None:
     """``hard_target``: the paper's soft label by default; ``set`` trains hard-noisy pairs
     (soft label 0.4 here) with target 0, so L_e changes while the margins of L_t (from y) do
-    not (measured, not adopted: README "UGNCL equations")."""
+    not (measured, not adopted: docs/methods/ugncl.md)."""
     import numpy as np
 
     from ugncl.methods.ugncl.division import HARD_CLEAN, HARD_NOISY, DivisionResult

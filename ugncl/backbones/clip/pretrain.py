@@ -173,7 +173,7 @@ class PretrainConfig:
     """
 
     # 400 steps (rSum ~148 zero-shot) leave room for fine-tuning to show; 1500 steps (rSum
-    # ~248) already sit where 3 clean fine-tuning epochs end (README "The CLIP track").
+    # ~248) already sit where 3 clean fine-tuning epochs end (docs/research/2026-clip-synthetic.md).
     steps: int = 400
     batch_size: int = 32
     lr: float = 1e-3

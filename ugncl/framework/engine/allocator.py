@@ -10,7 +10,7 @@ hundred in steps of 14-20 tokens (1-thread `ugncl_synthetic`, a throwaway counte
 ``Trainer._train_step``). Fixed thresholds keep those pages mapped. The values computed do
 not change, only where their memory comes from: a whole `ugncl_synthetic` run (1 thread,
 beside a second one on the other core) took 6 min 10 s instead of 6 min 52 s with the same
-test rSum (README "Demo").
+test rSum (docs/research/2026-ugncl-synthetic.md).
 """
 
 from __future__ import annotations

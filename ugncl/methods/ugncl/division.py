@@ -265,7 +265,7 @@ def hard_soft_label(log_e: Tensor, rule: str = "projected", lam: int | None = No
       e_ik)``, the diagonal's two-way projected probability against an average candidate:
       ``y > 0.5`` when the pair holds more evidence than a typical rival. Independent of the
       overall evidence scale (which the KL term drives to ~0 for every pair, so ``u ~ 1`` and
-      every pair is hard; README "UGNCL equations").
+      every pair is hard; docs/methods/ugncl.md).
     * ``"top_rival"``: against the mean evidence of the ``lam`` strongest rivals, ``lam`` the
       hardness of Eq. 16 at the division (``lam = K - 1``: ``mean_rival``, ``lam = 1``:
       ``max_rival``): the division hardens with the triplet loss's schedule.

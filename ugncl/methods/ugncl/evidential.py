@@ -9,7 +9,7 @@ Numerical contract (the reason for most of the code below):
 * Two evidence functions (``function``): ``"softplus"`` is the paper's and released
   ``exp(softplus(r) / tau)``, ``>= 1`` (the floor) and unbounded; ``"tanh"`` is DECL's
   ``exp(tanh(r) / tau)``, in ``[exp(-1/tau), exp(1/tau)]`` and 1 at ``r = 0`` (our default,
-  README "UGNCL equations").
+  docs/methods/ugncl.md).
 * ``exp(softplus(r) / tau)`` overflows float32 for ``r > ~8.9`` at ``tau = 0.1``. The log
   evidence is therefore clamped at ``ceiling`` (default 50, so ``e <= 5.2e21`` and a strength
   ``S`` over 256 candidates stays below 1.4e24).

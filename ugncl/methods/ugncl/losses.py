@@ -297,12 +297,12 @@ def edl_targets(sets: Tensor, soft_label: Tensor, hard_target: HardTarget = "sof
 
     ``"soft"`` (paper): the division's label, 1 / 0 for determined pairs and ``y`` for hard
     ones. ``"set"``: 1 for CLEAN and HARD_CLEAN, 0 for NOISY and HARD_NOISY. Why: with every
-    pair hard (``u ~ 1``, README "UGNCL equations") a target ``y`` leaves ``1 - y`` of the KL
+    pair hard (``u ~ 1``, docs/methods/ugncl.md) a target ``y`` leaves ``1 - y`` of the KL
     term on the pair's own diagonal evidence (``alpha_tilde = y + (1 - y) alpha``) and still
     rewards the diagonal in the least-squares term for any ``y > p_ii ~ 1/K``, so a hard-noisy
     pair at ``y = 0.45`` is trained almost like a hard-clean one at 0.55: the division barely
     reaches ``L_e``. Over the 14-run grid ``"set"`` moved which run stalls without raising the
-    mean (README "UGNCL equations", "The evidential target of hard pairs").
+    mean (docs/methods/ugncl.md, "The evidential target of hard pairs").
 
     Args:
         sets: set codes ``(K,)``.

@@ -59,68 +59,68 @@ class UGNCLConfig:
     }
 
     tau: float = 0.1
-    # Evidence function of Eq. 3: tanh = exp(tanh(r)/tau) (DECL; default, README "UGNCL
-    # equations" has the measurement), softplus = exp(softplus(r)/tau) (paper, released).
+    # Evidence function of Eq. 3: tanh = exp(tanh(r)/tau) (DECL; default,
+    # docs/methods/ugncl.md has the measurement), softplus = exp(softplus(r)/tau) (paper, released).
     evidence: str = "tanh"
     evidence_ceiling: float = 50.0
     evidence_floor: str = "keep"
     p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
     epsilon: float = 0.5  # hard-clean / hard-noisy threshold on the soft label
-    # Soft label of hard pairs: top_rival (decision, README "UGNCL equations": against the
+    # Soft label of hard pairs: top_rival (decision, docs/methods/ugncl.md: against the
     # lambda strongest rivals of Eq. 16's schedule) | mean_rival | max_rival | projected
     # (released b_ii / (1 - u)) | belief (paper b_ii).
     soft_label: str = "top_rival"
     kl_weight: float = 0.1  # xi1
     # xi2 (paper; released 0.2). The paper's 0.8 is set at K = 128: L_t is summed over the
     # batch's anchors and L_e averaged, so a config at another batch keeps xi2 * K = 102.4
-    # (README "UGNCL equations", "The KL brake").
+    # (docs/methods/ugncl.md, "The KL brake").
     trl_weight: float = 0.8
     margin: float = 0.2  # gamma
     margin_base: float = 10.0  # m of the soft margin
     # Delta of Eq. 17; paper 10. 0 (f_C = f_N = 1/2) is our default: with u ~ 1 for every pair
-    # at xi1 = 0.1, Delta = 10 zeroes every hard-clean margin (README "UGNCL equations").
+    # at xi1 = 0.1, Delta = 10 zeroes every hard-clean margin (docs/methods/ugncl.md).
     trust_delta: float = 0.0
     lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
     lambda_min: int = 5  # theta
     evidential_loss: str = "fused"
     division_batch_size: int | None = None  # null -> train.batch_size (K of the division)
     # Anneal xi1 linearly from 0 over this many epochs (Sensoy et al. 2018); 0 = constant
-    # (released code). Tried and not adopted: README "UGNCL equations".
+    # (released code). Tried and not adopted: docs/methods/ugncl.md.
     kl_anneal_epochs: int = 0
     # Hard-noisy pairs in the trusted robust loss: true = paper Eq. 16 (trusted soft margin);
-    # false (decision, README "UGNCL equations") = no hinge for them, like determined-noisy
+    # false (decision, docs/methods/ugncl.md) = no hinge for them, like determined-noisy
     # pairs: the soft hinge kept pulling memorised noisy pairs up.
     hard_noisy_trl: bool = False
     # Pairs divided noisy in the evidential loss: true = paper Eq. 15 (target 0 / the soft
     # label; default); false = their queries leave L_e, so the clean pairs a learned division
     # marks noisy (a third of hard-noisy early on) are not pushed down. Measured, not adopted:
-    # it lifted the default world's stalled runs and lowered both world variants (README
-    # "UGNCL equations").
+    # it lifted the default world's stalled runs and lowered both world variants
+    # (docs/methods/ugncl.md).
     noisy_edl: bool = True
     # Target of hard pairs in the evidential loss: soft (paper Eq. 15: the soft label y) |
     # set (1 for hard-clean, 0 for hard-noisy; the margins keep y). With every pair hard, a
     # soft target trains a hard-noisy pair at y = 0.45 almost like a hard-clean one at 0.55.
     # Measured over the 14-run grid, not adopted: it moves which run stalls (mean test rSum
-    # 411.9 -> 409.2; README "UGNCL equations", "The evidential target of hard pairs").
+    # 411.9 -> 409.2; docs/methods/ugncl.md, "The evidential target of hard pairs").
     hard_target: str = "soft"
     # Each view's scores minus their batch mean before the evidence, the losses and the
     # division: none (paper, released; default) | batch (the KL term can no longer lower
-    # every evidence at once through the shared offset; measured, not adopted: README
-    # "UGNCL equations").
+    # every evidence at once through the shared offset; measured, not adopted:
+    # docs/methods/ugncl.md).
     centring: str = "none"
     # Where the division comes from: model (the paper: the uncertainty-guided division) |
     # truth (diagnostic ceiling: the ground-truth flags of the noise file, every pair hard
     # with soft label 1 if clean and 0 if noisy, u_bar = 1, the regime every learned division
-    # of the synthetic runs is in; README "UGNCL equations", "The KL brake").
+    # of the synthetic runs is in; docs/methods/ugncl.md, "The KL brake").
     division_source: str = "model"
     # Which forward passes the learned division reads: separate (the paper, METHOD 6: a pass
     # over the whole training set at the epoch start, model in eval mode) | training (each
     # pair's opinion from the batch it was last trained in, recorded by the training step:
-    # no extra pass, ~22% of a CPU epoch; README "UGNCL equations", "The epoch budget").
+    # no extra pass, ~22% of a CPU epoch; docs/methods/ugncl.md, "The epoch budget").
     division_pass: str = "separate"
     # Floor of top_rival's rival count: null = lambda_min (the division hardens with Eq. 16's
     # schedule, as the trusted robust loss); n keeps the division at >= n rivals while the
-    # loss goes on to lambda_min. Measured at 12, not adopted (README "UGNCL equations",
+    # loss goes on to lambda_min. Measured at 12, not adopted (docs/methods/ugncl.md,
     # "Two changes that move which runs lag").
     division_lambda_min: int | None = None
 

@@ -228,7 +228,7 @@ def test_tanh_evidence_division_and_floor():
 
 
 def test_hard_sets_fill_when_every_pair_is_uncertain():
-    """The regime measured after warm-up at xi1 = 0.1 (README "UGNCL equations"): every raw
+    """The regime measured after warm-up at xi1 = 0.1 (docs/methods/ugncl.md): every raw
     score in tanh's lower tail, so u ~ 1 and all 32 pairs are hard. Pairs 0-15 have a
     diagonal clearly above their rivals (-0.5 vs -1), pairs 16-31 one below (-1.2). The
     released label (the diagonal's share of all evidence, 0.39 here) and the paper's b_ii
