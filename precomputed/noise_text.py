@@ -186,7 +186,29 @@ def caption_index_to_noisy_text(
 def read_noisy_caption_index(
     clean_path: str | Path, noisy_path: str | Path, captions_per_image: int
 ) -> np.ndarray:
-    """Read ``train_caps.txt`` and a ``{r}_noise_train_caps.txt`` and convert (see above)."""
+    """Read ``train_caps.txt`` and a ``{r}_noise_train_caps.txt`` and convert (see above).
+
+    Raises:
+        DataFormatError: the noisy file is not text (e.g. a ``.npy`` noise index of another
+            convention, which :func:`precomputed.noise.read_noise_file` reads).
+    """
+    head = b""
+    if Path(noisy_path).is_file():  # a missing file is read_captions_txt's error below
+        with open(noisy_path, "rb") as f:
+            head = f.read(4096)
+    if head.startswith(b"\x93NUMPY"):
+        raise DataFormatError(
+            f"{noisy_path} is a .npy noise index (NCR, L2RM, DECL/RCL/UGNCL convention), not "
+            "NPC/SDD/OSA's caption text; convert it with tools/make_noise.py --from-file"
+        )
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 3:  # not a multi-byte character cut by the 4096-byte read
+            raise DataFormatError(
+                f"cannot tell the noise convention of {noisy_path}: neither UTF-8 caption text "
+                "(NPC/SDD/OSA) nor a .npy array; see docs/data_formats.md"
+            ) from None
     clean = read_captions_txt(clean_path)
     noisy = read_captions_txt(noisy_path)
     return noisy_text_to_caption_index(clean, noisy, captions_per_image, where=str(noisy_path))

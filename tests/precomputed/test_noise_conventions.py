@@ -243,3 +243,18 @@ def test_convert_noise_text_writes_an_image_level_file_as_text(tmp_path, tool):
     index, convention = read_noise_file(text, num_images=N_IMG, captions_per_image=CPI,
                                         clean_captions=clean)  # fmt: skip
     assert convention == "text" and np.array_equal(index, written)
+
+
+def test_convert_noise_text_refuses_an_npy_or_binary_noisy_file(tmp_path, tool, capsys):
+    caps = tmp_path / "train_caps.txt"
+    caps.write_text("\n".join(tiny_captions(N_IMG, CPI)) + "\n", encoding="utf-8")
+    decl = tmp_path / "noise_inx_0.2.npy"
+    decl_noise_file(decl, 0.2, seed=0)
+    garbage = tmp_path / "0.2_noise_train_caps.txt"
+    garbage.write_bytes(b"\xff\xfe\x81\x00" * 8)
+    for noisy, fragment in ((decl, "make_noise.py --from-file"), (garbage, "cannot tell")):
+        argv = ["--clean-caps", str(caps), "--captions-per-image", str(CPI),
+                "--noisy-caps", str(noisy), "--out", str(tmp_path / "x.npy")]  # fmt: skip
+        assert tool("convert_noise_text").main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0]
