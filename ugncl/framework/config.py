@@ -10,7 +10,7 @@ looks like a path are resolved against the current working directory when the co
 and stored absolute, so a saved config (and a ``--resume`` from another directory) names the
 same files. Every key must exist in the
 dataclasses below, where ``model.<backbone>`` and ``method.<name>`` sections come from the
-registries (``ugncl.framework.build.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an
+registries (``ugncl.backbones.registry.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an
 error
 that suggests the closest valid key. Below this module nothing sees a dict: the builders
 (``ugncl.framework.build``) unpack these objects into explicit constructor arguments.
@@ -32,7 +32,11 @@ from typing import Any
 
 import yaml
 
-from precomputed.errors import UserError
+from ugncl.backbones.registry import BACKBONES
+from ugncl.framework.errors import ConfigError
+from ugncl.framework.evaluation import EVAL_SCORES
+from ugncl.framework.optim import OPTIMIZERS, SCHEDULES
+from ugncl.methods import METHODS
 
 if typing.TYPE_CHECKING:  # the class is made from the registries on first use (__getattr__)
     Config = Any
@@ -45,10 +49,6 @@ PATH_KEYS = ("data.root", "data.vocab", "data.noise_file", "data.estimator.root"
 # Keys holding a path or a word (``random``, a hub tag to refuse): resolved only when the value
 # looks like a path (a ``/``, a suffix or ``~``).
 PATH_OR_WORD_KEYS = ("model.clip.pretrained",)
-
-
-class ConfigError(UserError, ValueError):
-    """A config file, key or value is wrong; the message says which and how to fix it."""
 
 
 @dataclass
@@ -182,7 +182,7 @@ def _config_classes(backbones: tuple, methods: tuple) -> tuple[type, type, type]
     model_cls = _sections(
         "ModelConfig",
         "``backbone`` selects the model; one section per backbone "
-        "(``ugncl.framework.build.BACKBONES``).",
+        "(``ugncl.backbones.registry.BACKBONES``).",
         ("backbone", "sgraf"),
         dict(backbones),
     )
@@ -220,11 +220,6 @@ def config_class() -> type:
 
 def choices() -> dict[str, tuple[str, ...]]:
     """Allowed values of string keys: run-level ones plus each section's ``CHOICES``."""
-    from ugncl.framework.build import BACKBONES
-    from ugncl.framework.evaluation import EVAL_SCORES
-    from ugncl.framework.optim import OPTIMIZERS, SCHEDULES
-    from ugncl.methods import METHODS
-
     out = dict(CHOICES)
     out["eval.eval_score"] = tuple(EVAL_SCORES)
     out["model.backbone"] = tuple(BACKBONES)
@@ -286,9 +281,6 @@ RANGES: dict[str, str] = {
 
 def ranges() -> dict[str, str]:
     """Range rules of numeric keys: :data:`RANGES` plus each section's ``RANGES``."""
-    from ugncl.framework.build import BACKBONES
-    from ugncl.methods import METHODS
-
     out = dict(RANGES)
     for prefix, registry in (("model", BACKBONES), ("method", METHODS)):
         for name, spec in registry.items():
@@ -555,16 +547,12 @@ def _check_finite(node: Any, prefix: str) -> None:
 
 
 def _registered_classes() -> tuple[type, type, type]:
-    from ugncl.framework.build import BACKBONES
-    from ugncl.methods import METHODS
-
     return _config_classes(tuple(BACKBONES.items()), tuple(METHODS.items()))
 
 
 def __getattr__(name: str) -> type:
-    """``Config``, ``ModelConfig``, ``MethodConfig``: the classes of the registered backbones
-    and methods, made on first use (the registries import the methods, which must not need
-    this module while it loads)."""
+    """``Config``, ``ModelConfig``, ``MethodConfig``: the classes of the backbones and methods
+    registered when asked (a plug-in or a test may register one after this module loaded)."""
     names = ("Config", "ModelConfig", "MethodConfig")
     if name in names:
         return _registered_classes()[names.index(name)]

@@ -10,16 +10,17 @@ batch, and the next epoch start reads the records.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 from torch import Tensor, nn
 
-from ugncl.framework.config import ConfigError
 from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import MethodContext, StepContext
-from ugncl.framework.evaluation import eval_mode
+from ugncl.framework.errors import ConfigError
+from ugncl.framework.evaluation import eval_mode, view_reducer
 from ugncl.methods.base import Method
 from ugncl.methods.ugncl.division import (
     HARD_CLEAN,
@@ -199,9 +200,10 @@ class UGNCLMethod(Method):
         division_lambda_min: int | None = None,
         eval_score: str = "evidence",
     ) -> None:
-        super().__init__(eval_score=eval_score, score_tau=tau, score_function=evidence)
+        super().__init__(eval_score=eval_score)
         self.tau = tau
         self.evidence = evidence
+        self.retrieval_reducer()  # fail at construction on a bad tau or evidence function
         self.ceiling = evidence_ceiling
         self.floor = evidence_floor
         self.p = p
@@ -240,6 +242,10 @@ class UGNCLMethod(Method):
         # (latest per sample), read at each epoch start.
         self._recorded: DivisionAccumulator | None = None
         self._last_lambda: int | None = None
+
+    def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
+        """Ranks by this method's evidence (its ``tau`` and evidence function)."""
+        return view_reducer(self.eval_score, self.tau, self.evidence)
 
     def prepare(self, model: nn.Module, num_samples: int) -> None:
         if self.division_pass == "training":
