@@ -8,7 +8,6 @@ declare ``CHOICES: ClassVar[dict]`` for its string keys.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
@@ -62,8 +61,8 @@ def build_method(
     """The ``method.name`` method from its ``method.<name>`` section and ``eval.eval_score``;
     with ``model`` (training) also ``method.prepare(model, num_samples)``."""
     name = config.method.name
-    options = dataclasses.asdict(getattr(config.method, name))
-    method = METHODS[name].cls(**options, eval_score=config.eval.eval_score)
+    section = getattr(config.method, name)
+    method = METHODS[name].cls.from_config(section, eval_score=config.eval.eval_score)
     if model is not None:
         method.prepare(model, int(num_samples or 0))
     return method

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -12,7 +15,38 @@ from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import MethodContext, StepContext
 from ugncl.framework.evaluation import view_reducer
 
-__all__ = ["Method", "MethodContext", "StepContext"]
+__all__ = ["Method", "MethodContext", "StepContext", "section_defaults"]
+
+
+def section_defaults(section: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``@section_defaults(XConfig)`` on a method's ``__init__``: its keyword arguments named
+    after the config section's fields take their defaults from the section (one source of
+    truth: the dataclass), so the signature names them without repeating their values.
+
+    Raises:
+        TypeError: at class definition, a keyword argument without a default that is not a
+            field of ``section`` (it would have no default anywhere).
+    """
+    names = {f.name for f in dataclasses.fields(section)}
+
+    def wrap(init: Callable[..., None]) -> Callable[..., None]:
+        params = inspect.signature(init).parameters
+        stray = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY
+                 and p.default is p.empty and n not in names]  # fmt: skip
+        if stray:
+            raise TypeError(f"{init.__qualname__}: {stray} are not fields of {section.__name__}")
+        own = names & set(params)
+
+        @functools.wraps(init)
+        def init_with_defaults(self: Any, **kwargs: Any) -> None:
+            defaults = section()
+            for name in own - set(kwargs):
+                kwargs[name] = getattr(defaults, name)
+            init(self, **kwargs)
+
+        return init_with_defaults
+
+    return wrap
 
 
 class Method(nn.Module):
@@ -45,6 +79,12 @@ class Method(nn.Module):
         super().__init__()
         self.eval_score = eval_score
         view_reducer(eval_score)  # fail at construction on a bad name
+
+    @classmethod
+    def from_config(cls, section: Any, *, eval_score: str) -> Method:
+        """The method of a ``method.<name>`` config section (a dataclass) and
+        ``eval.eval_score``."""
+        return cls(**dataclasses.asdict(section), eval_score=eval_score)
 
     def bind_data(self, config: Any, data: Any) -> None:
         """Once, before the run directory exists, with the run's config and opened data (a

@@ -166,10 +166,30 @@ def test_registry_names_are_the_choices() -> None:
         build_config({"model": {"sgraf": {"embed_dimm": 8}}})
 
 
-def test_defaults_without_a_file_equal_base_yaml() -> None:
-    from ugncl.framework.config import DEFAULT_BASE, load_yaml_tree
+def test_base_yaml_is_written_from_the_dataclasses() -> None:
+    """One source of defaults: configs/base.yaml is the dataclasses' text (regenerate it with
+    tools/write_base_config.py), so a config built without a file gets the same values."""
+    from ugncl.framework.config import DEFAULT_BASE, defaults_yaml, load_yaml_tree
 
+    assert DEFAULT_BASE.read_text(encoding="utf-8") == defaults_yaml(), (
+        "configs/base.yaml is stale: run python tools/write_base_config.py"
+    )
     assert build_config({}).to_dict() == build_config(load_yaml_tree(DEFAULT_BASE)).to_dict()
+
+
+def test_written_defaults_list_the_registries_choices(monkeypatch) -> None:
+    """A choice key's comment is its allowed values, from the registry, even where the field's
+    own comment lists others (a stale list is replaced, not repeated)."""
+    from ugncl.framework.config import _choice_note, defaults_yaml
+    from ugncl.methods import METHODS
+
+    text = defaults_yaml()
+    assert "  name: ugncl  # " + " | ".join(METHODS) in text
+    assert "  optimizer: adam  # adam | adamw" in text
+    assert "evidence: tanh  # tanh | softplus" in text
+    assert _choice_note("a | b (old)", ("a", "c")) == "a | c"
+    assert _choice_note("a (x) | c", ("a", "c")) == "a (x) | c"
+    assert _choice_note("why", ("a", "c")) == "a | c; why"
 
 
 def test_eval_score_choices_come_from_the_evaluation_registry() -> None:

@@ -57,11 +57,11 @@ class CLIPConfig:
         context_length: override of the text context (null: keep).
     """
 
-    name: str = TINY_MODEL
-    pretrained: str | None = None
-    quick_gelu: bool | None = None
-    image_size: int | None = None
-    context_length: int | None = None
+    name: str = TINY_MODEL  # open_clip architecture (ViT-B-32 for the paper settings)
+    pretrained: str | None = None  # local weights file, must be set (`random`: random init)
+    quick_gelu: bool | None = None  # null: the file decides (OpenAI weights -> true)
+    image_size: int | None = None  # null: the architecture's
+    context_length: int | None = None  # null: the architecture's
 
 
 def pretrained_path(config: CLIPConfig) -> str | None:

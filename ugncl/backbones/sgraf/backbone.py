@@ -51,7 +51,7 @@ class SGRAFConfig:
     embed_dim: int = 1024
     sim_dim: int = 256
     num_regions: int = 36
-    num_views: int = 2
+    num_views: int = 2  # W image views (1 = plain SGRAF)
     sgr_steps: int = 3
     bi_gru: bool = True
     word_dropout: float = 0.4

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from precomputed.errors import DataNotFoundError
 from ugncl.backbones.registry import model_from_file, open_estimator_view
 from ugncl.framework.errors import ConfigError
+from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record
@@ -133,18 +134,19 @@ class OSAMethod(CLIPMethod):
     name = "osa"
     epoch_record = "noise_detection"
 
+    @section_defaults(OSAConfig)
     def __init__(
         self,
         *,
-        scoring: str = "paper",
-        objective: str = "info_nce",
-        margin: float = 0.2,
-        max_violation: bool = True,
-        beta: float | None = None,
-        estimator: str | None = None,
-        logit_scale: float | None = None,
-        pass_batch_size: int | None = 256,
-        cache_file: str = "osa_weights.npz",
+        scoring: str,
+        objective: str,
+        margin: float,
+        max_violation: bool,
+        beta: float | None,
+        estimator: str | None,
+        logit_scale: float | None,
+        pass_batch_size: int | None,
+        cache_file: str,
         load_estimator: Callable[[str], nn.Module] | None = None,
         eval_score: str = "raw",
     ) -> None:
