@@ -229,3 +229,39 @@ def test_ugncl_configs_keep_the_papers_per_anchor_loss_balance(name: str) -> Non
     ugncl = config.method.ugncl
     assert (ugncl.kl_weight, ugncl.tau) == (0.1, 0.1)
     assert ugncl.trl_weight * config.train.batch_size == pytest.approx(0.8 * 128)
+
+
+def _restated_defaults(tree: dict, defaults: dict, prefix: str = "") -> list[str]:
+    found = []
+    for key, value in tree.items():
+        if key == "_base_" or key not in defaults:
+            continue
+        default = defaults[key]
+        if isinstance(value, dict) and value and isinstance(default, dict):
+            found += _restated_defaults(value, default, f"{prefix}{key}.")
+        elif (value == default and type(value) is type(default)) or (
+            isinstance(value, float | int) and not isinstance(value, bool)
+            and isinstance(default, float) and value == default
+        ):  # fmt: skip
+            found.append(f"{prefix}{key}")
+    return found
+
+
+def test_experiment_files_state_only_what_differs_from_the_defaults() -> None:
+    """A value equal to its default is said once, in the dataclasses (configs/base.yaml)."""
+    import yaml
+
+    from ugncl.framework.config import DEFAULT_BASE, config_class
+
+    defaults = config_class()().to_dict()
+    restated = {}
+    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+        if path == DEFAULT_BASE:
+            continue
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert tree.get("_base_", "base.yaml") == "base.yaml", path
+        found = _restated_defaults(tree, defaults)
+        if found:
+            restated[path.name] = found
+    assert not restated, f"keys at their default value (delete them): {restated}"
+    assert _restated_defaults({"train": {"lr": 2e-4, "epochs": 3}}, defaults) == ["train.lr"]
