@@ -10,10 +10,11 @@ Evaluation and methods use only these calls, never a backbone's insides::
 
 Scores are raw: the method decides what they mean (sigmoid, evidence, logit-scaled cosine).
 ``model.config`` is a plain dict that rebuilds the model through the backbone registry
-(``ugncl.framework.build.BACKBONES[model.backbone]``); checkpoints store it with the backbone name.
+(``ugncl.backbones.registry.BACKBONES[model.backbone]``); checkpoints store it with the
+backbone name.
 
 ``sgraf.SGRAF`` implements the interface structurally (``sgraf`` never imports ``ugncl``) and
-is registered as a virtual subclass in :mod:`ugncl.framework.build`.
+is registered as a virtual subclass in :mod:`ugncl.backbones.sgraf.backbone`.
 """
 
 from __future__ import annotations

@@ -333,9 +333,9 @@ class NPCMethod(CLIPMethod):
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
-        if weighting not in ("per_sample", "batch_scalar"):
+        if weighting not in NPCConfig.CHOICES["weighting"]:
             raise ValueError(f"npc weighting must be per_sample or batch_scalar, got {weighting!r}")
-        if bank_loss not in ("trainable", "released"):
+        if bank_loss not in NPCConfig.CHOICES["bank_loss"]:
             raise ValueError(f"npc bank_loss must be trainable or released, got {bank_loss!r}")
         self.clean_threshold = clean_threshold
         self.gmm = dict(max_iter=gmm_max_iter, tol=gmm_tol, reg_covar=gmm_reg_covar)

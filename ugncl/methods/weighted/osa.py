@@ -151,9 +151,9 @@ class OSAMethod(CLIPMethod):
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
-        if scoring not in ("paper", "released"):
+        if scoring not in OSAConfig.CHOICES["scoring"]:
             raise ValueError(f"osa scoring must be paper or released, got {scoring!r}")
-        if objective not in ("info_nce", "triplet"):
+        if objective not in OSAConfig.CHOICES["objective"]:
             raise ValueError(f"osa objective must be info_nce or triplet, got {objective!r}")
         self.scoring = scoring
         self.objective = objective

@@ -110,7 +110,7 @@ class SDDMethod(CLIPMethod):
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
-        if thresholds not in ("fixed", "auto"):
+        if thresholds not in SDDConfig.CHOICES["thresholds"]:
             raise ValueError(f"sdd thresholds must be fixed or auto, got {thresholds!r}")
         self.alpha, self.beta = float(alpha), float(beta)
         self.thresholds = thresholds
