@@ -9,7 +9,7 @@ Captions are visited sorted by length so each block is trimmed to its longest ca
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -366,13 +366,8 @@ def score_all_pairs(
     check_pair_inputs(model.num_views, model.num_regions, img_emb, cap_emb, lengths)
     n_views, n_img = img_emb.shape[:2]
     n_cap = cap_emb.shape[0]
-    shape = (n_img, n_cap) if view_reduce is not None else (n_views, n_img, n_cap)
-    out = torch.empty(shape, dtype=torch.float32, device=out_device)
-    if n_img == 0 or n_cap == 0:
-        return out
-    was_training = model.training
-    model.eval()
-    try:
+
+    def blocks() -> Iterator[tuple[slice, Tensor, Tensor]]:
         device = next(model.parameters()).device
         head = model.sim_enc
         lengths_cpu = lengths.detach().to("cpu", torch.int64)
@@ -408,11 +403,60 @@ def score_all_pairs(
                     block = head.score_block(
                         reg, glo, words, cglo, mask, views=n_views, sgr_folds=folds
                     ).view(n_views, n_rows, -1)
-                    if view_reduce is not None:
-                        block = view_reduce(block)
-                    block = block.to(out.device, torch.float32)
-                    out[..., img_start : img_start + n_rows, idx.to(out.device)] = block
+                    yield slice(img_start, img_start + n_rows), idx, block
             window.drop_before(stop)
+
+    return blocked_all_pairs(
+        blocks, (n_views, n_img, n_cap), model=model, view_reduce=view_reduce,
+        out_device=out_device,
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def blocked_all_pairs(
+    blocks: Callable[[], Iterable[tuple[slice, slice | Tensor, Tensor]]],
+    shape: tuple[int, int, int],
+    *,
+    model: torch.nn.Module | None = None,
+    view_reduce: Callable[[Tensor], Tensor] | None = None,
+    out_device: str | torch.device = "cpu",
+) -> Tensor:
+    """The all-pairs loop every backbone's ``score_all_pairs`` runs: blocks of raw scores,
+    each reduced over views and written into one float32 matrix, the model in eval mode.
+
+    The blocking (how large, in which order, what a block costs) is the backbone's: SGRAF
+    plans its head's working set and streams images (:func:`score_all_pairs`), a backbone
+    whose score is a product of embeddings cuts the captions by the budget
+    (``ugncl.framework.similarity.SimilarityModel.score_all_pairs``). It lives here because
+    ``sgraf`` is the lowest layer: ``ugncl`` imports it, never the reverse.
+
+    Args:
+        blocks: called once, in eval mode (it may encode globals first), it yields ``(image
+            rows, caption columns (a slice or an index tensor), raw (W, rows, cols))``; every
+            pair exactly once.
+        shape: ``(W, n_img, n_cap)``.
+        model: put in eval mode while ``blocks`` runs; its previous mode is restored.
+        view_reduce: maps a raw (W, a, b) block to (a, b); None keeps the views.
+        out_device: where the result is allocated.
+
+    Returns:
+        float32 (W, n_img, n_cap), or (n_img, n_cap) after ``view_reduce``.
+    """
+    n_views, n_img, n_cap = shape
+    out_shape = (n_img, n_cap) if view_reduce is not None else (n_views, n_img, n_cap)
+    out = torch.empty(out_shape, dtype=torch.float32, device=out_device)
+    if n_img == 0 or n_cap == 0:
+        return out
+    was_training = model.training if model is not None else False
+    if model is not None:
+        model.eval()
+    try:
+        for rows, cols, raw in blocks():
+            block = view_reduce(raw) if view_reduce is not None else raw
+            if isinstance(cols, Tensor):
+                cols = cols.to(out.device)
+            out[..., rows, cols] = block.to(out.device, torch.float32)
         return out
     finally:
-        model.train(was_training)
+        if model is not None:
+            model.train(was_training)

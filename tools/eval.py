@@ -20,8 +20,7 @@ import torch
 
 from precomputed.errors import InvalidSettingError
 from ugncl.backbones.sgraf.data import as_eval_data
-from ugncl.backbones.sgraf.experiment import check_vocab, open_vocab
-from ugncl.framework.build import BACKBONES, build_method, model_from_file
+from ugncl.framework.build import BACKBONES, build_method, check_checkpoint, model_from_file
 from ugncl.framework.cli import cli_main
 from ugncl.framework.config import Config, ConfigError, DataConfig, build_config, choices
 from ugncl.framework.engine.device import select_device
@@ -96,10 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     data, config = data_config(loaded[0][1], args)
     model = loaded[0][0]
     backbone = getattr(model, "backbone", "") or "sgraf"
-    if backbone == "sgraf":  # caption ids index the vocabulary each checkpoint was trained with
-        vocab, vocab_path = open_vocab(data)
-        for path, (_, state) in zip(args.checkpoints, loaded):
-            check_vocab(state, vocab, vocab_path, path)
+    for path, (_, state) in zip(args.checkpoints, loaded):
+        check_checkpoint(backbone, data, state, path)  # e.g. SGRAF: the same vocabulary
     split = as_eval_data(
         BACKBONES[backbone].open_eval_split(data, args.split or data.test_split, model)
     )

@@ -10,7 +10,7 @@ looks like a path are resolved against the current working directory when the co
 and stored absolute, so a saved config (and a ``--resume`` from another directory) names the
 same files. Every key must exist in the
 dataclasses below, where ``model.<backbone>`` and ``method.<name>`` sections come from the
-registries (``ugncl.framework.build.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an
+registries (``ugncl.backbones.registry.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an
 error
 that suggests the closest valid key. Below this module nothing sees a dict: the builders
 (``ugncl.framework.build``) unpack these objects into explicit constructor arguments.
@@ -22,7 +22,9 @@ import copy
 import dataclasses
 import difflib
 import functools
+import inspect
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -32,7 +34,11 @@ from typing import Any
 
 import yaml
 
-from precomputed.errors import UserError
+from ugncl.backbones.registry import BACKBONES
+from ugncl.framework.errors import ConfigError
+from ugncl.framework.evaluation import EVAL_SCORES
+from ugncl.framework.optim import OPTIMIZERS, SCHEDULES
+from ugncl.methods import METHODS
 
 if typing.TYPE_CHECKING:  # the class is made from the registries on first use (__getattr__)
     Config = Any
@@ -45,10 +51,6 @@ PATH_KEYS = ("data.root", "data.vocab", "data.noise_file", "data.estimator.root"
 # Keys holding a path or a word (``random``, a hub tag to refuse): resolved only when the value
 # looks like a path (a ``/``, a suffix or ``~``).
 PATH_OR_WORD_KEYS = ("model.clip.pretrained",)
-
-
-class ConfigError(UserError, ValueError):
-    """A config file, key or value is wrong; the message says which and how to fix it."""
 
 
 @dataclass
@@ -86,9 +88,7 @@ class DataConfig:
     """Where the split lives (precomputed features or, for the CLIP backbone, raw images under
     ``root/name``) and which noisy index to train on."""
 
-    # Defaults equal configs/base.yaml (tests/ugncl/test_config.py checks it): a config built
-    # without a file (tools/eval.py on a checkpoint without a config) gets the same values.
-    root: str = "data/scan"
+    root: str = "data/scan"  # folder holding <name>/ (the SCAN/NCR release layout)
     name: str = "f30k_precomp"
     # SCAN vocabulary JSON; null -> <root>/<name>_vocab.json, then <root>/vocab/<name>_vocab.json.
     vocab: str | None = None
@@ -107,7 +107,7 @@ class DataConfig:
     noise_file: str | None = None
     noise_format: str = "caption"
     allow_nonfinite: bool = False
-    num_workers: int = 0
+    num_workers: int = 0  # DataLoader workers (the CLIP track decodes images in them)
     # Longest caption in tokens (<start>/<end> included); longer ones are cut and counted
     # (the ``setup`` record's ``n_truncated_captions``). null: no cap.
     max_caption_tokens: int | None = 100
@@ -182,7 +182,7 @@ def _config_classes(backbones: tuple, methods: tuple) -> tuple[type, type, type]
     model_cls = _sections(
         "ModelConfig",
         "``backbone`` selects the model; one section per backbone "
-        "(``ugncl.framework.build.BACKBONES``).",
+        "(``ugncl.backbones.registry.BACKBONES``).",
         ("backbone", "sgraf"),
         dict(backbones),
     )
@@ -220,11 +220,6 @@ def config_class() -> type:
 
 def choices() -> dict[str, tuple[str, ...]]:
     """Allowed values of string keys: run-level ones plus each section's ``CHOICES``."""
-    from ugncl.framework.build import BACKBONES
-    from ugncl.framework.evaluation import EVAL_SCORES
-    from ugncl.framework.optim import OPTIMIZERS, SCHEDULES
-    from ugncl.methods import METHODS
-
     out = dict(CHOICES)
     out["eval.eval_score"] = tuple(EVAL_SCORES)
     out["model.backbone"] = tuple(BACKBONES)
@@ -286,9 +281,6 @@ RANGES: dict[str, str] = {
 
 def ranges() -> dict[str, str]:
     """Range rules of numeric keys: :data:`RANGES` plus each section's ``RANGES``."""
-    from ugncl.framework.build import BACKBONES
-    from ugncl.methods import METHODS
-
     out = dict(RANGES)
     for prefix, registry in (("model", BACKBONES), ("method", METHODS)):
         for name, spec in registry.items():
@@ -439,6 +431,81 @@ def _looks_like_path(value: str) -> bool:
     return "/" in value or value.startswith("~") or bool(Path(value).suffix)
 
 
+def defaults_yaml() -> str:
+    """``configs/base.yaml``: every key at its default, written from the config dataclasses
+    (the one source of defaults) with each key's comment from its field and the allowed values
+    of a choice key from :func:`choices` (the registries). ``tools/write_base_config.py``
+    writes it; a test keeps the file equal to this text."""
+    config = config_class()()
+    allowed = choices()
+    lines = [
+        "# Every config key at its default. Written by `python tools/write_base_config.py` from",
+        "# the config dataclasses (ugncl/framework/config.py, each backbone's and method's",
+        "# section): edit the defaults there, never here. An experiment file states only what",
+        "# differs from these values.",
+    ]
+
+    def emit(node: Any, prefix: str, indent: str) -> None:
+        above, notes = _field_comments(type(node))
+        for f in dataclasses.fields(node):
+            value, dotted = getattr(node, f.name), f"{prefix}{f.name}"
+            lines.extend(
+                f"{indent}# {text}" if text else f"{indent}#" for text in above.get(f.name, [])
+            )
+            note = _choice_note(notes.get(f.name, ""), allowed.get(dotted))
+            tail = f"  # {note}" if note else ""
+            if dataclasses.is_dataclass(value):
+                empty = not dataclasses.fields(value)
+                lines.append(f"{indent}{f.name}:{' {}' if empty else ''}{tail}")
+                emit(value, dotted + ".", indent + "  ")
+            else:
+                text = yaml.safe_dump(value, default_flow_style=True).strip()
+                text = text.removesuffix("\n...").strip()
+                lines.append(f"{indent}{f.name}: {text}{tail}")
+
+    emit(config, "", "")
+    return "\n".join(lines) + "\n"
+
+
+def _field_comments(cls: type) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The comment lines right above each field of ``cls``'s source and its trailing
+    ``# comment``."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # a class made at run time (the Model/Method sections)
+        return {}, {}
+    above: dict[str, list[str]] = {}
+    trailing: dict[str, str] = {}
+    block: list[str] = []
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            block.append(stripped.lstrip("#").strip())
+            continue
+        field_line = re.match(r"\s+(\w+): [^=]+=", line)
+        if field_line:
+            name = field_line.group(1)
+            if block:
+                above[name] = block
+            tail = re.match(r"\s+\w+: [^#]*?#\s*(.+)$", line)
+            if tail:
+                trailing[name] = tail.group(1).strip()
+        block = []
+    return above, trailing
+
+
+def _choice_note(comment: str, options: tuple[str, ...] | None) -> str:
+    """A field's comment, led by its allowed values unless the comment lists exactly them."""
+    if not options:
+        return comment
+    if "|" in comment:
+        listed = {part.strip().split()[0] for part in comment.split("|") if part.strip()}
+        if listed == set(options):
+            return comment
+        comment = ""
+    return " | ".join(options) + (f"; {comment}" if comment else "")
+
+
 def save_config(config: Config, path: Path) -> None:
     path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
 
@@ -555,16 +622,12 @@ def _check_finite(node: Any, prefix: str) -> None:
 
 
 def _registered_classes() -> tuple[type, type, type]:
-    from ugncl.framework.build import BACKBONES
-    from ugncl.methods import METHODS
-
     return _config_classes(tuple(BACKBONES.items()), tuple(METHODS.items()))
 
 
 def __getattr__(name: str) -> type:
-    """``Config``, ``ModelConfig``, ``MethodConfig``: the classes of the registered backbones
-    and methods, made on first use (the registries import the methods, which must not need
-    this module while it loads)."""
+    """``Config``, ``ModelConfig``, ``MethodConfig``: the classes of the backbones and methods
+    registered when asked (a plug-in or a test may register one after this module loaded)."""
     names = ("Config", "ModelConfig", "MethodConfig")
     if name in names:
         return _registered_classes()[names.index(name)]

@@ -171,3 +171,8 @@ class RunData(Protocol):
     def checkpoint_extra(self) -> dict[str, Any]:
         """Plain entries added to every checkpoint (e.g. the vocabulary path)."""
         ...
+
+    def check_checkpoint(self, state: dict[str, Any], where: str) -> None:
+        """Refuse a checkpoint (file ``where``) this data would feed other inputs than it was
+        trained on (e.g. another vocabulary), before a resume loads it."""
+        ...

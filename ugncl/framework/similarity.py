@@ -10,24 +10,25 @@ Evaluation and methods use only these calls, never a backbone's insides::
 
 Scores are raw: the method decides what they mean (sigmoid, evidence, logit-scaled cosine).
 ``model.config`` is a plain dict that rebuilds the model through the backbone registry
-(``ugncl.framework.build.BACKBONES[model.backbone]``); checkpoints store it with the backbone name.
+(``ugncl.backbones.registry.BACKBONES[model.backbone]``); checkpoints store it with the
+backbone name.
 
 ``sgraf.SGRAF`` implements the interface structurally (``sgraf`` never imports ``ugncl``) and
-is registered as a virtual subclass in :mod:`ugncl.framework.build`.
+is registered as a virtual subclass in :mod:`ugncl.backbones.sgraf.backbone`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "SimilarityModel"]
+from sgraf.scoring import DEFAULT_MEMORY_BUDGET, blocked_all_pairs
 
-DEFAULT_MEMORY_BUDGET = 512 * 2**20
+__all__ = ["DEFAULT_MEMORY_BUDGET", "SimilarityModel"]
 
 
 class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
@@ -77,7 +78,7 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
         self,
         img_emb: Tensor,
         cap_emb: Tensor,
-        lengths: Tensor,
+        lengths: Tensor | None = None,
         *,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
         view_reduce: Callable[[Tensor], Tensor] | None = None,
@@ -86,13 +87,14 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
         """Score every pair of an encoded split in blocks of captions, in eval mode.
 
         The default cuts the captions into chunks whose ``(W, n_img, chunk)`` float32 block
-        fits the budget and calls :meth:`score` on each; backbones with a costlier pairwise
-        head override it (SGRAF plans blocks by its working set).
+        fits the budget and calls :meth:`score` on each (CLIP: a product of embeddings);
+        backbones with a costlier pairwise head plan their own blocks (SGRAF by its working
+        set); both run the one loop :func:`sgraf.scoring.blocked_all_pairs`.
 
         Args:
             img_emb: image embeddings of the split (images on ``image_axis``), on any device.
             cap_emb: (n_cap, ...) caption embeddings.
-            lengths: (n_cap,) caption lengths.
+            lengths: (n_cap,) caption lengths (None for a backbone whose score ignores them).
             memory_budget_bytes: bound on one block's scores.
             view_reduce: maps a raw (W, a, b) block to (a, b); None keeps the views.
             out_device: where the result is allocated.
@@ -102,20 +104,20 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
         """
         device = next(self.parameters()).device
         n_img, n_cap = img_emb.shape[self.image_axis], cap_emb.shape[0]
-        shape = (n_img, n_cap) if view_reduce is not None else (self.num_views, n_img, n_cap)
-        out = torch.empty(shape, dtype=torch.float32, device=out_device)
-        if n_img == 0 or n_cap == 0:
-            return out
         chunk = max(1, memory_budget_bytes // max(1, 4 * self.num_views * n_img))
-        was_training = self.training
-        self.eval()
-        try:
+
+        def blocks() -> Iterator[tuple[slice, slice, Tensor]]:
             images = img_emb.to(device)
             for a in range(0, n_cap, chunk):
                 b = min(a + chunk, n_cap)
-                raw = self.score(images, cap_emb[a:b].to(device), lengths[a:b].to(device))
-                block = view_reduce(raw) if view_reduce is not None else raw
-                out[..., a:b] = block.to(out.device, torch.float32)
-        finally:
-            self.train(was_training)
-        return out
+                part = None if lengths is None else lengths[a:b].to(device)
+                yield (
+                    slice(0, n_img),
+                    slice(a, b),
+                    self.score(images, cap_emb[a:b].to(device), part),
+                )
+
+        return blocked_all_pairs(
+            blocks, (self.num_views, n_img, n_cap), model=self, view_reduce=view_reduce,
+            out_device=out_device,
+        )  # fmt: skip

@@ -29,7 +29,6 @@ from ugncl.framework.build import (
     build_method,
     build_model,
     build_optimizer_and_schedule,
-    open_estimator_view,
     open_run_data,
 )
 from ugncl.framework.config import Config, ConfigError, load_config
@@ -164,7 +163,8 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     model = build_model(config, data)  # a raw-image source takes its transforms from the model
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
-    estimator_data = open_estimator_view(config, data)  # data.estimator: checked before the run
+    method = build_method(config)
+    method.bind_data(config, data)  # what else the method reads is checked before the run
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(
             f"train.batch_size={config.train.batch_size} is larger than the training split "
@@ -177,8 +177,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     state = None
     if resume_dir is not None and last.is_file():
         state = load_checkpoint(last, map_location="cpu")
-        if hasattr(data, "check_checkpoint"):
-            data.check_checkpoint(state, str(last))
+        data.check_checkpoint(state, str(last))
 
     if resume_dir is None:
         run_dir = create_run_dir(
@@ -217,7 +216,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
                         f" with {changes}" if changes else "")  # fmt: skip
         if state is None:
             _write_setup(recorder, run_dir, data, test_split, seed, device, precision, config)
-        method = build_method(config, model, training_data.num_samples)
+        method.prepare(model, training_data.num_samples)
         steps_per_epoch = training_data.num_samples // config.train.batch_size
         optimizer, schedule = build_optimizer_and_schedule(
             config, model, method, steps_per_epoch, data=data
@@ -254,7 +253,6 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
             checkpoint_extra={"config": config.to_dict(), **data.checkpoint_extra()},
-            estimator_data=estimator_data,
         )
         if state is not None:
             trainer.resume(last, state=state)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,13 +15,45 @@ from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import MethodContext, StepContext
 from ugncl.framework.evaluation import view_reducer
 
-__all__ = ["Method", "MethodContext", "StepContext"]
+__all__ = ["Method", "MethodContext", "StepContext", "section_defaults"]
+
+
+def section_defaults(section: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``@section_defaults(XConfig)`` on a method's ``__init__``: its keyword arguments named
+    after the config section's fields take their defaults from the section (one source of
+    truth: the dataclass), so the signature names them without repeating their values.
+
+    Raises:
+        TypeError: at class definition, a keyword argument without a default that is not a
+            field of ``section`` (it would have no default anywhere).
+    """
+    names = {f.name for f in dataclasses.fields(section)}
+
+    def wrap(init: Callable[..., None]) -> Callable[..., None]:
+        params = inspect.signature(init).parameters
+        stray = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY
+                 and p.default is p.empty and n not in names]  # fmt: skip
+        if stray:
+            raise TypeError(f"{init.__qualname__}: {stray} are not fields of {section.__name__}")
+        own = names & set(params)
+
+        @functools.wraps(init)
+        def init_with_defaults(self: Any, **kwargs: Any) -> None:
+            defaults = section()
+            for name in own - set(kwargs):
+                kwargs[name] = getattr(defaults, name)
+            init(self, **kwargs)
+
+        return init_with_defaults
+
+    return wrap
 
 
 class Method(nn.Module):
     """A training method: loss terms per batch around a small lifecycle.
 
-    The builder calls ``prepare`` once, before the optimiser is built. The trainer calls, in
+    The run calls ``bind_data`` once with its config and data, then ``prepare`` once, before
+    the optimiser is built. The trainer calls, in
     order: ``setup`` once before the first epoch of a fresh run (a resumed run loads what
     ``setup`` made from the checkpoint instead);
     per epoch ``on_epoch_start`` then ``epoch_samples``; per batch ``training_step``, whose
@@ -40,14 +75,22 @@ class Method(nn.Module):
     epoch_record: ClassVar[str] = "epoch_start"
     nonfinite_hint: ClassVar[str] = "Lower train.lr or check the input features for NaN."
 
-    def __init__(
-        self, *, eval_score: str = "raw", score_tau: float = 0.1, score_function: str = "softplus"
-    ) -> None:
+    def __init__(self, *, eval_score: str = "raw") -> None:
         super().__init__()
         self.eval_score = eval_score
-        self.score_tau = score_tau
-        self.score_function = score_function
-        view_reducer(eval_score, score_tau, score_function)  # fail at construction on a bad name
+        view_reducer(eval_score)  # fail at construction on a bad name
+
+    @classmethod
+    def from_config(cls, section: Any, *, eval_score: str) -> Method:
+        """The method of a ``method.<name>`` config section (a dataclass) and
+        ``eval.eval_score``."""
+        return cls(**dataclasses.asdict(section), eval_score=eval_score)
+
+    def bind_data(self, config: Any, data: Any) -> None:
+        """Once, before the run directory exists, with the run's config and opened data (a
+        :class:`~ugncl.framework.data.RunData`): a method that reads more than the training
+        pairs opens and checks it here, so a bad setting fails before anything is written
+        (OSA: ``data.estimator``, the same pairs in its estimator's input format)."""
 
     def prepare(self, model: nn.Module, num_samples: int) -> None:
         """Create submodules and buffers in their final shapes (a frozen copy of ``model``,
@@ -76,10 +119,15 @@ class Method(nn.Module):
     ) -> dict[str, Tensor]:
         raise NotImplementedError
 
+    def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
+        """``eval.eval_score`` as a map raw (W, a, b) -> (a, b) (see
+        :func:`ugncl.framework.evaluation.view_reducer`); an evidential method overrides it to
+        rank by its own evidence (UGNCL: its tau and evidence function)."""
+        return view_reducer(self.eval_score)
+
     def retrieval_score(self, raw: Tensor) -> Tensor:
-        """Raw (W, n_img, n_cap) -> the (n_img, n_cap) score evaluation ranks by
-        (``eval.eval_score``, see :func:`ugncl.framework.evaluation.view_reducer`)."""
-        return view_reducer(self.eval_score, self.score_tau, self.score_function)(raw)
+        """Raw (W, n_img, n_cap) -> the (n_img, n_cap) score evaluation ranks by."""
+        return self.retrieval_reducer()(raw)
 
     def stats(self) -> dict[str, Any]:
         """Scalars added to every ``train`` record."""

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import StepContext
-from ugncl.methods.base import Method
+from ugncl.methods.base import Method, section_defaults
 from ugncl.methods.ugncl.losses import triplet_objective
 
 
@@ -30,9 +30,8 @@ class TripletMethod(Method):
 
     name = "triplet"
 
-    def __init__(
-        self, *, margin: float = 0.2, max_violation: bool = True, eval_score: str = "sigmoid"
-    ) -> None:
+    @section_defaults(TripletConfig)
+    def __init__(self, *, margin: float, max_violation: bool, eval_score: str = "sigmoid") -> None:
         super().__init__(eval_score=eval_score)
         self.margin = margin
         self.max_violation = max_violation

@@ -1,6 +1,7 @@
 """Config files: one-level inheritance, dotted overrides, strict keys with suggestions."""
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -157,19 +158,46 @@ def test_relative_data_paths_are_stored_absolute(tmp_path: Path, monkeypatch) ->
 def test_registry_names_are_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"train.optimizer' must be one of \('adam', 'adamw'\)"):
         build_config({"train": {"optimizer": "sgd"}})
-    with pytest.raises(ConfigError, match=r"model.backbone' must be one of \('sgraf', 'clip'\)"):
+    from ugncl.backbones.registry import BACKBONES
+    from ugncl.methods import METHODS
+
+    backbones = re.escape(str(tuple(BACKBONES)))
+    with pytest.raises(ConfigError, match=rf"model.backbone' must be one of {backbones}"):
         build_config({"model": {"backbone": "blip"}})
-    choices = r"\('ugncl', 'triplet', 'clip', 'npc', 'sdd', 'osa'\)"
+    assert {"sgraf", "clip"} <= set(BACKBONES)
+
+    assert {"ugncl", "triplet", "clip", "npc", "sdd", "osa"} <= set(METHODS)
+    choices = re.escape(str(tuple(METHODS)))  # the registry's names, a new method included
     with pytest.raises(ConfigError, match=rf"method.name' must be one of {choices}"):
         build_config({"method": {"name": "dividemix"}})
     with pytest.raises(ConfigError, match=r"did you mean 'model\.sgraf\.embed_dim'"):
         build_config({"model": {"sgraf": {"embed_dimm": 8}}})
 
 
-def test_defaults_without_a_file_equal_base_yaml() -> None:
-    from ugncl.framework.config import DEFAULT_BASE, load_yaml_tree
+def test_base_yaml_is_written_from_the_dataclasses() -> None:
+    """One source of defaults: configs/base.yaml is the dataclasses' text (regenerate it with
+    tools/write_base_config.py), so a config built without a file gets the same values."""
+    from ugncl.framework.config import DEFAULT_BASE, defaults_yaml, load_yaml_tree
 
+    assert DEFAULT_BASE.read_text(encoding="utf-8") == defaults_yaml(), (
+        "configs/base.yaml is stale: run python tools/write_base_config.py"
+    )
     assert build_config({}).to_dict() == build_config(load_yaml_tree(DEFAULT_BASE)).to_dict()
+
+
+def test_written_defaults_list_the_registries_choices(monkeypatch) -> None:
+    """A choice key's comment is its allowed values, from the registry, even where the field's
+    own comment lists others (a stale list is replaced, not repeated)."""
+    from ugncl.framework.config import _choice_note, defaults_yaml
+    from ugncl.methods import METHODS
+
+    text = defaults_yaml()
+    assert "  name: ugncl  # " + " | ".join(METHODS) in text
+    assert "  optimizer: adam  # adam | adamw" in text
+    assert "evidence: tanh  # tanh | softplus" in text
+    assert _choice_note("a | b (old)", ("a", "c")) == "a | c"
+    assert _choice_note("a (x) | c", ("a", "c")) == "a (x) | c"
+    assert _choice_note("why", ("a", "c")) == "a | c; why"
 
 
 def test_eval_score_choices_come_from_the_evaluation_registry() -> None:
@@ -209,3 +237,39 @@ def test_ugncl_configs_keep_the_papers_per_anchor_loss_balance(name: str) -> Non
     ugncl = config.method.ugncl
     assert (ugncl.kl_weight, ugncl.tau) == (0.1, 0.1)
     assert ugncl.trl_weight * config.train.batch_size == pytest.approx(0.8 * 128)
+
+
+def _restated_defaults(tree: dict, defaults: dict, prefix: str = "") -> list[str]:
+    found = []
+    for key, value in tree.items():
+        if key == "_base_" or key not in defaults:
+            continue
+        default = defaults[key]
+        if isinstance(value, dict) and value and isinstance(default, dict):
+            found += _restated_defaults(value, default, f"{prefix}{key}.")
+        elif (value == default and type(value) is type(default)) or (
+            isinstance(value, float | int) and not isinstance(value, bool)
+            and isinstance(default, float) and value == default
+        ):  # fmt: skip
+            found.append(f"{prefix}{key}")
+    return found
+
+
+def test_experiment_files_state_only_what_differs_from_the_defaults() -> None:
+    """A value equal to its default is said once, in the dataclasses (configs/base.yaml)."""
+    import yaml
+
+    from ugncl.framework.config import DEFAULT_BASE, config_class
+
+    defaults = config_class()().to_dict()
+    restated = {}
+    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+        if path == DEFAULT_BASE:
+            continue
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert tree.get("_base_", "base.yaml") == "base.yaml", path
+        found = _restated_defaults(tree, defaults)
+        if found:
+            restated[path.name] = found
+    assert not restated, f"keys at their default value (delete them): {restated}"
+    assert _restated_defaults({"train": {"lr": 2e-4, "epochs": 3}}, defaults) == ["train.lr"]

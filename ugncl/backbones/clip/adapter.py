@@ -9,7 +9,6 @@ evaluation encodes each image and caption once and scores by matrix products in 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import open_clip
@@ -29,10 +28,7 @@ from .loading import (
 )
 from .models import TINY_MODEL, architecture_config, clip_tokenizer
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "CLIPSimilarity", "build_clip", "save_clip_weights"]
-
-#: Default bound on one score block (float32 elements x 4 bytes): 256 MiB.
-DEFAULT_MEMORY_BUDGET = 256 << 20
+__all__ = ["CLIPSimilarity", "build_clip", "save_clip_weights"]
 
 
 class CLIPSimilarity(SimilarityModel):
@@ -111,50 +107,6 @@ class CLIPSimilarity(SimilarityModel):
         return self.score(
             self.encode_images(images), self.encode_captions(captions, lengths), lengths
         )
-
-    @torch.no_grad()
-    def score_all_pairs(
-        self,
-        img_emb: Tensor,
-        cap_emb: Tensor,
-        lengths: Tensor | None = None,
-        *,
-        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
-        view_reduce: Callable[[Tensor], Tensor] | None = None,
-        out_device: str | torch.device = "cpu",
-    ) -> Tensor:
-        """Every (image, caption) score of a split, by matrix products in blocks.
-
-        Args:
-            img_emb: (n_img, d) from :meth:`encode_images` (one row per image), any device.
-            cap_emb: (n_cap, d) from :meth:`encode_captions`.
-            lengths: unused (interface).
-            memory_budget_bytes: bound on one float32 score block, computed on the model's
-                device before it is copied into the result.
-            view_reduce: maps a raw (1, a, b) block to (a, b); None keeps the view axis.
-            out_device: where the result is allocated.
-
-        Returns:
-            float32 (1, n_img, n_cap) equal to :meth:`score` on the whole split, or
-            (n_img, n_cap) after ``view_reduce``.
-        """
-        n_img, n_cap = img_emb.shape[0], cap_emb.shape[0]
-        shape = (n_img, n_cap) if view_reduce is not None else (1, n_img, n_cap)
-        out = torch.empty(shape, dtype=torch.float32, device=out_device)
-        if n_img == 0 or n_cap == 0:
-            return out
-        device = self.logit_scale.device
-        cols = max(1, min(n_cap, memory_budget_bytes // 4))
-        rows = max(1, min(n_img, memory_budget_bytes // (4 * cols)))
-        scale = self.logit_scale.detach().float().exp()
-        img = img_emb.to(device, torch.float32)
-        cap = cap_emb.to(device, torch.float32)
-        for r in range(0, n_img, rows):
-            for c in range(0, n_cap, cols):
-                raw = (scale * img[r : r + rows] @ cap[c : c + cols].t()).unsqueeze(0)
-                block = view_reduce(raw) if view_reduce is not None else raw
-                out[..., r : r + rows, c : c + cols] = block.to(out.device, torch.float32)
-        return out
 
 
 def _drop_random_init_warning(record: logging.LogRecord) -> bool:

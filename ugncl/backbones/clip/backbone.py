@@ -1,22 +1,25 @@
 """The ``clip`` backbone for the registry: config section, run data, builder, rebuild.
 
-Registry line (``ugncl/framework/build.py``)::
+Registry line (``ugncl/backbones/registry.py``)::
 
     "clip": BackboneSpec(CLIPConfig, open_clip_data, build_clip_backbone, clip_from_config,
-                         clip_eval_split),
+                         clip_eval_split, open_clip_view),
 
 The run's data is raw images (:mod:`ugncl.backbones.clip.run_data`); the builder binds it to the
-model's
-preprocessing and tokenizer.
+model's preprocessing and tokenizer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ugncl.framework.config import ConfigError
+import numpy as np
+
+from ugncl.backbones.sgraf.experiment import training_noise
+from ugncl.framework.errors import ConfigError
 
 from .adapter import CLIPSimilarity, build_clip
 from .loading import WEIGHTS_FORMAT_KEY, WeightsError, read_weights
@@ -30,6 +33,7 @@ __all__ = [
     "clip_eval_split",
     "clip_from_config",
     "clip_from_weights_file",
+    "open_clip_data",
     "pretrained_path",
 ]
 
@@ -53,11 +57,11 @@ class CLIPConfig:
         context_length: override of the text context (null: keep).
     """
 
-    name: str = TINY_MODEL
-    pretrained: str | None = None
-    quick_gelu: bool | None = None
-    image_size: int | None = None
-    context_length: int | None = None
+    name: str = TINY_MODEL  # open_clip architecture (ViT-B-32 for the paper settings)
+    pretrained: str | None = None  # local weights file, must be set (`random`: random init)
+    quick_gelu: bool | None = None  # null: the file decides (OpenAI weights -> true)
+    image_size: int | None = None  # null: the architecture's
+    context_length: int | None = None  # null: the architecture's
 
 
 def pretrained_path(config: CLIPConfig) -> str | None:
@@ -143,3 +147,19 @@ def clip_eval_split(data: Any, split: str, model: CLIPSimilarity) -> ImageEvalDa
         open_clip_split(data, split), model.image_transform(train=False), model.tokenizer(),
         name=data.name, num_workers=data.num_workers,
     )  # fmt: skip
+
+
+def open_clip_data(config: Any) -> CLIPRunData:
+    """The run's raw-image data from ``config.data`` (the backbone registry's ``open_data``):
+    the training split with the noise index of the shared rules, and the dev subset. The
+    weights setting is checked first, before any image is looked at."""
+    pretrained_path(config.model.clip)
+    data = config.data
+    train = open_clip_split(data, data.train_split, max_images=data.train_images)
+    noise, source = training_noise(data, train)
+    # The index is valid by construction (built) or checked against the split (loaded).
+    train = dataclasses.replace(train, image_index=np.asarray(noise, dtype=np.int64))
+    dev = None
+    if data.dev_split:
+        dev = open_clip_split(data, data.dev_split, max_images=data.dev_images)
+    return CLIPRunData(data, train, dev, source)

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,8 +29,8 @@ from torch.utils.data import DataLoader, Subset
 from precomputed.errors import DataNotFoundError
 from precomputed.image_layout import IMAGE_DATASETS, ImageSplit, open_image_split
 from ugncl.backbones.sgraf.experiment import MissingDataError, training_noise
-from ugncl.framework.config import ConfigError, DataConfig
 from ugncl.framework.data import training_split_summary
+from ugncl.framework.errors import ConfigError
 
 from .data import (
     CaptionDataset,
@@ -41,12 +41,14 @@ from .data import (
     caption_lengths,
 )
 
+if TYPE_CHECKING:
+    from ugncl.framework.config import DataConfig
+
 __all__ = [
     "CLIPRunData",
     "ImageEvalData",
     "dataset_dir",
     "image_naming",
-    "open_clip_data",
     "open_clip_split",
     "open_clip_view",
 ]
@@ -251,23 +253,8 @@ class CLIPRunData:
     def checkpoint_extra(self) -> dict[str, Any]:
         return {}
 
-
-def open_clip_data(config: Any) -> CLIPRunData:
-    """The run's raw-image data from ``config.data`` (the backbone registry's ``open_data``):
-    the training split with the noise index of the shared rules, and the dev subset. The
-    weights setting is checked first, before any image is looked at."""
-    from .backbone import pretrained_path  # the backbone module imports this one
-
-    pretrained_path(config.model.clip)
-    data: DataConfig = config.data
-    train = open_clip_split(data, data.train_split, max_images=data.train_images)
-    noise, source = training_noise(data, train)
-    # The index is valid by construction (built) or checked against the split (loaded).
-    train = dataclasses.replace(train, image_index=np.asarray(noise, dtype=np.int64))
-    dev = None
-    if data.dev_split:
-        dev = open_clip_split(data, data.dev_split, max_images=data.dev_images)
-    return CLIPRunData(data, train, dev, source)
+    def check_checkpoint(self, state: dict[str, Any], where: str) -> None:
+        """Pixels and BPE tokens carry no per-run state a checkpoint could disagree with."""
 
 
 def open_clip_view(data: DataConfig, run: Any) -> Callable[[Any], ImageTrainingData]:

@@ -13,11 +13,22 @@ from typing import Any, ClassVar
 from sgraf.checkpoint import build_model_from_config
 from sgraf.head import HEADS
 from sgraf.model import SGRAF
-from ugncl.backbones.sgraf.experiment import PrecomputedRunData, open_training_data
-from ugncl.framework.config import ConfigError
+from ugncl.backbones.sgraf.experiment import (
+    PrecomputedRunData,
+    check_vocab,
+    open_training_data,
+    open_vocab,
+)
+from ugncl.framework.errors import ConfigError
 from ugncl.framework.similarity import SimilarityModel
 
-__all__ = ["SGRAFConfig", "build_sgraf", "open_sgraf_data", "sgraf_from_config"]
+__all__ = [
+    "SGRAFConfig",
+    "build_sgraf",
+    "check_sgraf_checkpoint",
+    "open_sgraf_data",
+    "sgraf_from_config",
+]
 
 # SGRAF implements the interface without importing ugncl (sgraf never imports ugncl).
 SimilarityModel.register(SGRAF)
@@ -40,7 +51,7 @@ class SGRAFConfig:
     embed_dim: int = 1024
     sim_dim: int = 256
     num_regions: int = 36
-    num_views: int = 2
+    num_views: int = 2  # W image views (1 = plain SGRAF)
     sgr_steps: int = 3
     bi_gru: bool = True
     word_dropout: float = 0.4
@@ -86,3 +97,10 @@ def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
 def sgraf_from_config(model_config: dict[str, Any]) -> SGRAF:
     """Rebuild from ``model.config`` (checkpoints); unknown keys are an error."""
     return build_model_from_config(model_config)
+
+
+def check_sgraf_checkpoint(data: Any, state: dict[str, Any], where: str) -> None:
+    """Caption ids index the vocabulary a checkpoint was trained with: refuse ``state`` (file
+    ``where``) when ``data``'s vocabulary (``data.vocab`` or beside the features) is another."""
+    vocab, vocab_path = open_vocab(data)
+    check_vocab(state, vocab, vocab_path, where)

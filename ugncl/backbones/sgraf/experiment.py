@@ -11,7 +11,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,8 +28,10 @@ from precomputed.noise import (
 )
 from precomputed.vocab import Vocabulary, load_vocab
 from ugncl.backbones.sgraf.data import PrecomputedTrainingData
-from ugncl.framework.config import DataConfig
 from ugncl.framework.data import training_split_summary
+
+if TYPE_CHECKING:
+    from ugncl.framework.config import DataConfig
 
 logger = logging.getLogger(__name__)
 

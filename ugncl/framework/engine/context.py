@@ -45,17 +45,15 @@ class MethodContext:
         batches: ``batches(epoch, batch_size, stream, indices=None)`` -> a full pass over the
             training samples (or ``indices``) in the seeded order of (epoch, stream), every
             sample exactly once (a short tail joins the previous batch). Streams other than
-            0 (the training order) give independent orders.
+            0 (the training order) give independent orders. ``data=`` (a
+            :class:`~ugncl.framework.data.TrainingData` of the same samples in another input
+            format, e.g. for a frozen estimator of another backbone) draws them from it.
         image_index: (N,) int64 the image each caption is paired with for training (the
             noisy index); caches built on it can check they match the run's pairs.
         fetch: ``fetch(indices (K,)) -> PairBatch`` of those training samples in that order
             (e.g. memory-bank pairs looked up per batch).
         global_step: optimiser steps taken before this call (Eq. 16's hardness schedule runs
             on it; restored on resume).
-        estimator_view: with ``data.estimator`` set, ``estimator_view(model) -> batches``:
-            like ``batches`` (same samples, same seeded orders) but in the input format of
-            ``model``, a frozen estimator of another backbone (OSA's CLIP estimator scoring
-            the raw-image view of an SGRAF run's pairs); None otherwise.
     """
 
     model: nn.Module
@@ -71,7 +69,6 @@ class MethodContext:
     batches: Callable[..., Iterable[PairBatch]]
     image_index: np.ndarray | None = None
     fetch: Callable[[torch.Tensor], PairBatch] | None = None
-    estimator_view: Callable[[nn.Module], Callable[..., Iterable[PairBatch]]] | None = None
     global_step: int = 0
 
     def autocast(self) -> contextlib.AbstractContextManager:

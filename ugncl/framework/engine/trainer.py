@@ -7,12 +7,11 @@ method supplies loss terms (and its lifecycle hooks), the evaluator ranks splits
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,7 +87,6 @@ class Trainer:
         num_workers: int = 0,
         stop_after_epochs: int | None = None,
         checkpoint_extra: dict[str, Any] | None = None,
-        estimator_data: Callable[[nn.Module], TrainingData] | None = None,
     ) -> None:
         self.model = model.to(device)
         self.method = method.to(device)
@@ -109,7 +107,6 @@ class Trainer:
         self.num_workers = num_workers
         self.stop_after_epochs = stop_after_epochs
         self.checkpoint_extra = checkpoint_extra or {}
-        self.estimator_data = estimator_data
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.use_grad_scaler)
         self.epoch = 0  # epochs completed
@@ -138,7 +135,6 @@ class Trainer:
             batches=self.ordered_batches,
             image_index=np.asarray(self.data.image_index, dtype=np.int64),
             fetch=self.fetch,
-            estimator_view=None if self.estimator_data is None else self.estimator_view,
             global_step=self.global_step,
         )
 
@@ -146,18 +142,6 @@ class Trainer:
         """The training samples ``indices`` (K,) as one batch, in that order (on the CPU)."""
         items = [self.data.dataset[int(i)] for i in np.asarray(indices).reshape(-1)]
         return self.data.collate(items)
-
-    def estimator_view(self, model: nn.Module) -> Callable[..., DataLoader]:
-        """``ordered_batches`` over the training pairs in ``model``'s input format
-        (``estimator_data``, e.g. the raw-image view of an SGRAF run for a CLIP estimator)."""
-        if self.estimator_data is None:
-            raise RuntimeError("this trainer was given no estimator_data")
-        data = self.estimator_data(model)
-        if data.num_samples != self.data.num_samples or not np.array_equal(
-            data.image_index, self.data.image_index
-        ):
-            raise ValueError("the estimator view pairs other samples than the training data")
-        return functools.partial(self.ordered_batches, data=data)
 
     # ------------------------------------------------------------------ data order
     def ordered_batches(

@@ -10,17 +10,18 @@ batch, and the next epoch start reads the records.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 from torch import Tensor, nn
 
-from ugncl.framework.config import ConfigError
 from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import MethodContext, StepContext
-from ugncl.framework.evaluation import eval_mode
-from ugncl.methods.base import Method
+from ugncl.framework.errors import ConfigError
+from ugncl.framework.evaluation import eval_mode, view_reducer
+from ugncl.methods.base import Method, section_defaults
 from ugncl.methods.ugncl.division import (
     HARD_CLEAN,
     HARD_NOISY,
@@ -170,38 +171,40 @@ class UGNCLMethod(Method):
         "method.ugncl.evidence_ceiling lower."
     )
 
+    @section_defaults(UGNCLConfig)
     def __init__(
         self,
         *,
-        tau: float = 0.1,
-        evidence: str = "tanh",
-        evidence_ceiling: float = 50.0,
-        evidence_floor: str = "keep",
-        p: float = 0.5,
-        epsilon: float = 0.5,
-        soft_label: str = "top_rival",
-        kl_weight: float = 0.1,
-        trl_weight: float = 0.8,
-        margin: float = 0.2,
-        margin_base: float = 10.0,
-        trust_delta: float = 0.0,
-        lambda_delta: float = 0.025,
-        lambda_min: int = 5,
-        evidential_loss: str = "fused",
-        division_batch_size: int | None = None,
-        kl_anneal_epochs: int = 0,
-        hard_noisy_trl: bool = False,
-        noisy_edl: bool = True,
-        hard_target: str = "soft",
-        centring: str = "none",
-        division_source: str = "model",
-        division_pass: str = "separate",
-        division_lambda_min: int | None = None,
+        tau: float,
+        evidence: str,
+        evidence_ceiling: float,
+        evidence_floor: str,
+        p: float,
+        epsilon: float,
+        soft_label: str,
+        kl_weight: float,
+        trl_weight: float,
+        margin: float,
+        margin_base: float,
+        trust_delta: float,
+        lambda_delta: float,
+        lambda_min: int,
+        evidential_loss: str,
+        division_batch_size: int | None,
+        kl_anneal_epochs: int,
+        hard_noisy_trl: bool,
+        noisy_edl: bool,
+        hard_target: str,
+        centring: str,
+        division_source: str,
+        division_pass: str,
+        division_lambda_min: int | None,
         eval_score: str = "evidence",
     ) -> None:
-        super().__init__(eval_score=eval_score, score_tau=tau, score_function=evidence)
+        super().__init__(eval_score=eval_score)
         self.tau = tau
         self.evidence = evidence
+        self.retrieval_reducer()  # fail at construction on a bad tau or evidence function
         self.ceiling = evidence_ceiling
         self.floor = evidence_floor
         self.p = p
@@ -240,6 +243,10 @@ class UGNCLMethod(Method):
         # (latest per sample), read at each epoch start.
         self._recorded: DivisionAccumulator | None = None
         self._last_lambda: int | None = None
+
+    def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
+        """Ranks by this method's evidence (its ``tau`` and evidence function)."""
+        return view_reducer(self.eval_score, self.tau, self.evidence)
 
     def prepare(self, model: nn.Module, num_samples: int) -> None:
         if self.division_pass == "training":

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ugncl.framework.optim import build_optimizer
+from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
 from ugncl.methods.noise_detection import detection_record
@@ -310,30 +311,31 @@ class NPCMethod(CLIPMethod):
     name = "npc"
     epoch_record = "noise_detection"
 
+    @section_defaults(NPCConfig)
     def __init__(
         self,
         *,
-        clean_threshold: float = 0.99,
-        gmm_max_iter: int = 100,
-        gmm_tol: float = 1e-2,
-        gmm_reg_covar: float = 5e-4,
-        bank_batch_size: int | None = None,
-        bank_loss_weight: float = 1.0,
-        weighting: str = "per_sample",
-        bank_loss: str = "trainable",
-        siamese_lr: float | None = None,
-        siamese_reset_state: bool = False,
-        siamese_beta1: float = 0.9,
-        siamese_beta2: float = 0.98,
-        siamese_eps: float = 1e-6,
-        siamese_weight_decay: float = 0.2,
-        bank_file: str = "npc_memory_bank.npz",
+        clean_threshold: float,
+        gmm_max_iter: int,
+        gmm_tol: float,
+        gmm_reg_covar: float,
+        bank_batch_size: int | None,
+        bank_loss_weight: float,
+        weighting: str,
+        bank_loss: str,
+        siamese_lr: float | None,
+        siamese_reset_state: bool,
+        siamese_beta1: float,
+        siamese_beta2: float,
+        siamese_eps: float,
+        siamese_weight_decay: float,
+        bank_file: str,
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
-        if weighting not in ("per_sample", "batch_scalar"):
+        if weighting not in NPCConfig.CHOICES["weighting"]:
             raise ValueError(f"npc weighting must be per_sample or batch_scalar, got {weighting!r}")
-        if bank_loss not in ("trainable", "released"):
+        if bank_loss not in NPCConfig.CHOICES["bank_loss"]:
             raise ValueError(f"npc bank_loss must be trainable or released, got {bank_loss!r}")
         self.clean_threshold = clean_threshold
         self.gmm = dict(max_iter=gmm_max_iter, tol=gmm_tol, reg_covar=gmm_reg_covar)

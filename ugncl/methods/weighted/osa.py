@@ -18,6 +18,7 @@ released. Loss: ``mean_k w_k * InfoNCE_k`` (the release's ``CrossEn`` on rows an
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -30,7 +31,9 @@ import torch
 from torch import Tensor, nn
 
 from precomputed.errors import DataNotFoundError
-from ugncl.framework.config import ConfigError
+from ugncl.backbones.registry import model_from_file, open_estimator_view
+from ugncl.framework.errors import ConfigError
+from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record
@@ -81,9 +84,6 @@ def weighted_triplet(
 def checkpoint_estimator(path: str) -> nn.Module:
     """The model a training checkpoint holds, of any registered backbone, or a CLIP weights
     file of this package."""
-    # Imported here: ugncl.framework.build imports the method registry, which imports this module.
-    from ugncl.framework.build import model_from_file
-
     if not Path(path).is_file():
         raise DataNotFoundError(
             f"method.osa.estimator: checkpoint {path} does not exist; give a training "
@@ -134,25 +134,26 @@ class OSAMethod(CLIPMethod):
     name = "osa"
     epoch_record = "noise_detection"
 
+    @section_defaults(OSAConfig)
     def __init__(
         self,
         *,
-        scoring: str = "paper",
-        objective: str = "info_nce",
-        margin: float = 0.2,
-        max_violation: bool = True,
-        beta: float | None = None,
-        estimator: str | None = None,
-        logit_scale: float | None = None,
-        pass_batch_size: int | None = 256,
-        cache_file: str = "osa_weights.npz",
+        scoring: str,
+        objective: str,
+        margin: float,
+        max_violation: bool,
+        beta: float | None,
+        estimator: str | None,
+        logit_scale: float | None,
+        pass_batch_size: int | None,
+        cache_file: str,
         load_estimator: Callable[[str], nn.Module] | None = None,
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
-        if scoring not in ("paper", "released"):
+        if scoring not in OSAConfig.CHOICES["scoring"]:
             raise ValueError(f"osa scoring must be paper or released, got {scoring!r}")
-        if objective not in ("info_nce", "triplet"):
+        if objective not in OSAConfig.CHOICES["objective"]:
             raise ValueError(f"osa objective must be info_nce or triplet, got {objective!r}")
         self.scoring = scoring
         self.objective = objective
@@ -164,6 +165,7 @@ class OSAMethod(CLIPMethod):
         self.pass_batch_size = pass_batch_size
         self.cache_file = cache_file
         self.load_estimator = load_estimator
+        self.estimator_data: Callable[[nn.Module], Any] | None = None  # see bind_data
         self.sim: np.ndarray | None = None  # (N,) estimator diagonal scores
         self.beta: float | None = None
         self.scale: float | None = None
@@ -183,13 +185,23 @@ class OSAMethod(CLIPMethod):
         est.requires_grad_(False)
         return est
 
+    def bind_data(self, config: Any, data: Any) -> None:
+        """``data.estimator``: the run's training pairs in the estimator's input format (the
+        raw-image view of an SGRAF run for a CLIP estimator), opened and checked against the
+        run's pairs before the run starts; nothing when it is not set."""
+        self.estimator_data = open_estimator_view(config, data)
+
     def estimator_batches(self, ctx: Any, est: nn.Module) -> Callable[..., Any] | None:
-        """The pass's batches: the trainer's, or with ``data.estimator`` set the same samples
-        in the estimator's input format (``ctx.estimator_view(est)``: the SGRAF track scored
-        by a CLIP estimator on the raw-image view)."""
-        view = getattr(ctx, "estimator_view", None)
-        if view is not None:
-            return view(est)
+        """The pass's batches: the trainer's (None), or with ``data.estimator`` set the same
+        samples in the same seeded orders, in the estimator's input format."""
+        if self.estimator_data is not None:
+            view = self.estimator_data(est)
+            index = getattr(ctx, "image_index", None)
+            if view.num_samples != ctx.num_samples or (
+                index is not None and not np.array_equal(view.image_index, index)
+            ):
+                raise ValueError("the estimator view pairs other samples than the training data")
+            return functools.partial(ctx.batches, data=view)
         backbone = getattr(est, "backbone", None)
         if backbone is not None and backbone != getattr(ctx.model, "backbone", backbone):
             raise ConfigError(

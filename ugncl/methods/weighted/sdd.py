@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record
@@ -86,29 +87,30 @@ class SDDMethod(CLIPMethod):
     name = "sdd"
     epoch_record = "noise_detection"
 
+    @section_defaults(SDDConfig)
     def __init__(
         self,
         *,
-        alpha: float = 20.0,
-        beta: float = 30.0,
-        thresholds: str = "fixed",
-        auto_alpha_std: float = 0.0,
-        auto_beta_std: float = 2.0,
-        gmm_max_iter: int = 10,
-        gmm_tol: float = 1e-2,
-        gmm_reg_covar: float = 5e-4,
-        pass_batch_size: int | None = 512,
-        siamese_lr: float | None = None,
-        siamese_reset_state: bool = False,
-        siamese_beta1: float = 0.9,
-        siamese_beta2: float = 0.98,
-        siamese_eps: float = 1e-6,
-        siamese_weight_decay: float = 0.2,
-        bank_file: str = "sdd_memory_bank.npz",
+        alpha: float,
+        beta: float,
+        thresholds: str,
+        auto_alpha_std: float,
+        auto_beta_std: float,
+        gmm_max_iter: int,
+        gmm_tol: float,
+        gmm_reg_covar: float,
+        pass_batch_size: int | None,
+        siamese_lr: float | None,
+        siamese_reset_state: bool,
+        siamese_beta1: float,
+        siamese_beta2: float,
+        siamese_eps: float,
+        siamese_weight_decay: float,
+        bank_file: str,
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
-        if thresholds not in ("fixed", "auto"):
+        if thresholds not in SDDConfig.CHOICES["thresholds"]:
             raise ValueError(f"sdd thresholds must be fixed or auto, got {thresholds!r}")
         self.alpha, self.beta = float(alpha), float(beta)
         self.thresholds = thresholds

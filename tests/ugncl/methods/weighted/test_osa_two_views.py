@@ -43,10 +43,11 @@ def clip_world(tiny_world, tmp_path_factory):
 
 def test_config_opens_the_raw_image_view_for_a_clip_estimator(clip_world, tmp_path, monkeypatch):
     root, estimator, path = clip_world
-    contexts = []
+    contexts, methods = [], []
     plain_context = trainer_module.Trainer.context
 
     def recorded_context(self):
+        methods.append(self.method)
         contexts.append(plain_context(self))
         return contexts[-1]
 
@@ -69,13 +70,13 @@ def test_config_opens_the_raw_image_view_for_a_clip_estimator(clip_world, tmp_pa
     assert steps and all("loss_triplet" in r and np.isfinite(r["loss_triplet"]) for r in steps)
 
     # The cached scores are the CLIP estimator's diagonal scores of the same (noisy) pairs,
-    # read through the context's view in the trainer's seeded order.
+    # read through the method's view of them in the trainer's seeded order.
     ctx = contexts[0]
     with np.load(result.run_dir / "osa_weights.npz") as cache:
         sim, digest = cache["sim"], str(cache["index_sha256"])
     assert digest == index_digest(ctx.image_index)
     some = [0, 7, 100]
-    clip_batch = next(iter(ctx.estimator_view(estimator)(0, 240, 4)))
+    clip_batch = next(iter(methods[0].estimator_batches(ctx, estimator)(0, 240, 4)))
     with torch.no_grad():
         s = as_logit_matrix(estimator(clip_batch.images, clip_batch.captions,
                                       clip_batch.lengths))  # fmt: skip
