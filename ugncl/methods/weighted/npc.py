@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ugncl.framework.engine.distributed import is_main_process
 from ugncl.framework.optim import build_optimizer
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
@@ -309,6 +310,9 @@ class NPCMethod(CLIPMethod):
 
     name = "npc"
     epoch_record = "noise_detection"
+    # The significance weight is a one-step update of a siamese copy on the batch; each rank
+    # measures it on its own micro-batch (a global one would need the copy's step on B).
+    negatives = "per_rank"
 
     def __init__(
         self,
@@ -369,7 +373,8 @@ class NPCMethod(CLIPMethod):
                 clean, scan.image_emb, scan.caption_emb, scan.image_index, posterior,
                 device=ctx.device,
             )  # fmt: skip
-            bank.save(path)
+            if is_main_process():  # every rank holds the bank; rank 0 writes it
+                bank.save(path)
         self.core.attach(ctx, bank)
         record = detection_record(self._clean, weights=bank.score, selected=bank.clean)
         return {"bank_keys": int(bank.clean.sum()), **{f"bank_{k}": v for k, v in record.items()}}
