@@ -34,6 +34,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--meanpool", action="store_true")
     parser.add_argument("--kill-epoch", type=int, default=None)
+    parser.add_argument("--dump-division", type=Path, default=None, help="folder for the "
+                        "division of each epoch start, one file per rank")  # fmt: skip
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -52,6 +54,23 @@ def main() -> int:
             run_epoch(self, epoch)
 
         Trainer._run_epoch = killed
+    if args.dump_division is not None:
+        import numpy as np
+
+        from ugncl.methods.ugncl.method import UGNCLMethod
+
+        epoch_start = UGNCLMethod.on_epoch_start
+
+        def dumped(self, ctx, epoch: int):
+            fields = epoch_start(self, ctx, epoch)
+            if self.division is not None:
+                d = self.division
+                np.savez(args.dump_division / f"division_e{epoch}_r{os.environ.get('RANK', '0')}"
+                         f"_w{os.environ.get('WORLD_SIZE', '1')}.npz", u=d.u, u_bar=d.u_bar,
+                         soft_label=d.soft_label, sets=d.sets)  # fmt: skip
+            return fields
+
+        UGNCLMethod.on_epoch_start = dumped
     train = _load(REPO / "tools" / "train.py", "tools_train")
     argv = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     return train.main(argv)
