@@ -187,6 +187,8 @@ def _train(
     # Open and check everything before the run directory exists.
     data = open_run_data(config)
     model = build_model(config, data)  # a raw-image source takes its transforms from the model
+    if dist_env.enabled:  # the same initial weights everywhere; dropout masks differ by rank
+        torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
     estimator_data = open_estimator_view(config, data)  # data.estimator: checked before the run

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.framework.engine.distributed import is_main_process
+from ugncl.framework.engine.distributed import is_main_process, merge_rows
 from ugncl.framework.optim import build_optimizer
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
@@ -260,6 +260,12 @@ class BankSiamese(nn.Module):
         (bi, bt), (ai, at) = res.before, res.after
         return significance_weight(bi, ai, bt, at), res
 
+    def merged_weights(self) -> np.ndarray | None:
+        """``epoch_weights`` of every sample: with several processes each rank noted the
+        samples of its own micro-batches (a collective: every rank calls it)."""
+        w = self.epoch_weights
+        return None if w is None else merge_rows(w, np.isfinite(w))
+
     def note_weights(self, index: Tensor, w: Tensor) -> None:
         self.epoch_weights[index.cpu().numpy()] = w.detach().float().cpu().numpy()
 
@@ -383,7 +389,7 @@ class NPCMethod(CLIPMethod):
         """Noise-detection record of the significance weights of the previous epoch."""
         if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
             self.setup(ctx)
-        w = self.core.epoch_weights
+        w = self.core.merged_weights()
         if epoch == 0 or w is None or not np.isfinite(w).any():
             return None
         record = detection_record(self._clean, weights=w)

@@ -181,7 +181,7 @@ class SDDMethod(CLIPMethod):
         if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
             self.setup(ctx)
         record: dict[str, Any] = {}
-        w = self.core.epoch_weights
+        w = self.core.merged_weights()
         if w is not None and np.isfinite(w).any():
             # Final weight of the previous epoch, w_sig * w_con, where it was applied.
             record.update(detection_record(self._clean, weights=w, prefix="step_"))
