@@ -288,6 +288,11 @@ def _train(
             estimator_data=estimator_data,
             dist=dist_env,
         )
+        if dist_env.enabled:  # how this attempt ran (a resume may use another world size)
+            recorder.write(
+                "distributed", step=step, world=dist_env.world, backend=dist_env.backend,
+                batch_per_rank=trainer.local_batch, negatives=getattr(method, "negatives", None),
+            )  # fmt: skip
         if state is not None:
             trainer.resume(last, state=state)
         summary = trainer.fit()

@@ -162,6 +162,9 @@ def test_two_ranks_train_triplet_like_one_process(tiny_world: Path, tmp_path: Pa
     # Rank 0 alone wrote the run: one metrics file with one setup record, one checkpoint pair.
     records = read_metrics(tmp_path / "two")
     assert [r["event"] for r in records].count("setup") == 1
+    ran = [r for r in records if r["event"] == "distributed"]
+    assert [(r["world"], r["batch_per_rank"], r["negatives"]) for r in ran] == [(2, 8, "gathered")]
+    assert not any(r["event"] == "distributed" for r in read_metrics(tmp_path / "one"))
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == [
         "best.pt", "last.pt",
     ]  # fmt: skip
