@@ -28,7 +28,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +49,21 @@ TINY_SGRAF = [
 IMAGE_SIZE, CONTEXT = 32, 24
 
 
-@dataclass
 class Row:
-    section: str
-    case: str
-    status: str  # ok | FAIL | skip
-    value: float | None = None
-    unit: str = ""
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    """One line of the table (a plain class: the tests load this file as a module by path,
+    where a dataclass cannot find its module)."""
+
+    def __init__(
+        self,
+        section: str,
+        case: str,
+        status: str,  # ok | FAIL
+        value: float | None = None,
+        unit: str = "",
+        note: str = "",
+    ) -> None:
+        self.section, self.case, self.status = section, case, status
+        self.value, self.unit, self.note = value, unit, note
 
 
 def _sync(device: torch.device) -> None:

@@ -30,6 +30,26 @@ def _load(path: Path, name: str):
     return module
 
 
+def dump_divisions(folder: Path) -> None:
+    """Save UGNCL's division after each epoch start as ``division_e{epoch}_r{rank}_w{world}``."""
+    import numpy as np
+
+    from ugncl.methods.ugncl.method import UGNCLMethod
+
+    epoch_start = UGNCLMethod.on_epoch_start
+
+    def dumped(self, ctx, epoch: int):
+        fields = epoch_start(self, ctx, epoch)
+        if self.division is not None:
+            d = self.division
+            rank, world = os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE", "1")
+            np.savez(folder / f"division_e{epoch}_r{rank}_w{world}.npz", u=d.u, u_bar=d.u_bar,
+                     soft_label=d.soft_label, sets=d.sets)  # fmt: skip
+        return fields
+
+    UGNCLMethod.on_epoch_start = dumped
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--meanpool", action="store_true")
@@ -55,22 +75,7 @@ def main() -> int:
 
         Trainer._run_epoch = killed
     if args.dump_division is not None:
-        import numpy as np
-
-        from ugncl.methods.ugncl.method import UGNCLMethod
-
-        epoch_start = UGNCLMethod.on_epoch_start
-
-        def dumped(self, ctx, epoch: int):
-            fields = epoch_start(self, ctx, epoch)
-            if self.division is not None:
-                d = self.division
-                np.savez(args.dump_division / f"division_e{epoch}_r{os.environ.get('RANK', '0')}"
-                         f"_w{os.environ.get('WORLD_SIZE', '1')}.npz", u=d.u, u_bar=d.u_bar,
-                         soft_label=d.soft_label, sets=d.sets)  # fmt: skip
-            return fields
-
-        UGNCLMethod.on_epoch_start = dumped
+        dump_divisions(args.dump_division)
     train = _load(REPO / "tools" / "train.py", "tools_train")
     argv = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     return train.main(argv)

@@ -62,6 +62,15 @@ def test_helpers_are_the_identity_in_one_process() -> None:
 
 
 # ----------------------------------------------------------------------------- 2 ranks
+def _worker_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ugncl_distributed_worker", WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,19 +154,24 @@ def ok(results: list[tuple[int, str]]) -> None:
         assert rc == 0, f"rank {rank} exited {rc}:\n{err[-3000:]}"
 
 
+@pytest.fixture
+def one_process(meanpool, tool):
+    """``tools/train.py``'s ``main`` in this process (a world of one), meanpool registered."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield tool("train").main
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.slow
-def test_two_ranks_train_triplet_like_one_process(tiny_world: Path, tmp_path: Path) -> None:
+def test_two_ranks_train_triplet_like_one_process(
+    one_process, tiny_world: Path, tmp_path: Path
+) -> None:
     args = ["train.warmup_epochs=0", "train.epochs=2"]
-    ok(
-        launch(
-            1, ["--meanpool"], overrides(tiny_world, tmp_path, "one", "triplet_synthetic", *args)
-        )
-    )
-    ok(
-        launch(
-            2, ["--meanpool"], overrides(tiny_world, tmp_path, "two", "triplet_synthetic", *args)
-        )
-    )
+    assert one_process(overrides(tiny_world, tmp_path, "one", "triplet_synthetic", *args)) == 0
+    two = overrides(tiny_world, tmp_path, "two", "triplet_synthetic", *args)
+    ok(launch(2, ["--meanpool"], two))
     assert_same_run(tmp_path / "one", tmp_path / "two")
     # Rank 0 alone wrote the run: one metrics file with one setup record, one checkpoint pair.
     records = read_metrics(tmp_path / "two")
@@ -171,14 +185,20 @@ def test_two_ranks_train_triplet_like_one_process(tiny_world: Path, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_ugncl_two_ranks_division_kill_and_exact_resume(tiny_world: Path, tmp_path: Path) -> None:
+def test_ugncl_two_ranks_division_kill_and_exact_resume(
+    one_process, monkeypatch, tiny_world: Path, tmp_path: Path
+) -> None:
     """UGNCL at the same global batch: the killed-and-resumed 2-rank job ends with the metrics
     of the 1-process run, and every division is the same on both ranks and in one process."""
     args = ["train.warmup_epochs=1", "train.epochs=2", "method.ugncl.lambda_min=3"]
     dumps = tmp_path / "divisions"
     dumps.mkdir()
     worker = ["--meanpool", "--dump-division", str(dumps)]
-    ok(launch(1, worker, overrides(tiny_world, tmp_path, "one", "ugncl_synthetic", *args)))
+    from ugncl.methods.ugncl.method import UGNCLMethod
+
+    monkeypatch.setattr(UGNCLMethod, "on_epoch_start", UGNCLMethod.on_epoch_start)  # restored
+    _worker_module().dump_divisions(dumps)
+    assert one_process(overrides(tiny_world, tmp_path, "one", "ugncl_synthetic", *args)) == 0
     two = overrides(tiny_world, tmp_path, "two", "ugncl_synthetic", *args)
     # Rank 1 is killed (SIGKILL) as epoch 2 starts: rank 0 must stop with an error line.
     killed = launch(2, [*worker, "--kill-epoch", "2"], two)
