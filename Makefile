@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format bench clean
+.PHONY: venv demo test lint format bench gpu-check clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,11 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) tools/bench.py scoring --quick --json
+
+# The CUDA path (methods x backbones with amp, scorers, throughput) as one table; without
+# CUDA it says so and exits 0.
+gpu-check: $(STAMP)
+	$(PY) tools/gpu_check.py
 
 clean:
 	rm -rf runs data/synthetic .pytest_cache

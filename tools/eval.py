@@ -6,7 +6,8 @@ A CLIP weights file of this package (``tools/pretrain_clip.py``'s stand-in) eval
 shards; several checkpoints average their score matrices (an SGR and an SAF model = "SGRAF";
 two UGNCL models = UGNCL*). Data settings come from the first checkpoint's saved config;
 ``--data-root``/``--name``/``--vocab`` override them (needed for checkpoints converted from the
-released SGRAF/NCR/UGNCL files).
+released SGRAF/NCR/UGNCL files). Under ``torchrun --nproc_per_node N`` the scoring is split
+over the N processes (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ugncl.backbones.sgraf.data import as_eval_data
 from ugncl.framework.build import BACKBONES, build_method, check_checkpoint, model_from_file
 from ugncl.framework.cli import cli_main
 from ugncl.framework.config import Config, ConfigError, DataConfig, build_config, choices
+from ugncl.framework.engine import distributed
 from ugncl.framework.engine.device import select_device
 from ugncl.framework.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
 
@@ -90,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.batch_size < 1:
         raise InvalidSettingError(f"--batch-size must be >= 1, got {args.batch_size}")
-    device = select_device(args.device)
+    # torchrun --nproc_per_node N tools/eval.py ...: each process scores a block of image rows.
+    env, device_name = distributed.init_from_env(args.device)
+    device = select_device(device_name)
     loaded = [load_model(path, device) for path in args.checkpoints]
     data, config = data_config(loaded[0][1], args)
     model = loaded[0][0]
@@ -116,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         device=device,
     )
+    if env.enabled:
+        distributed.shutdown()
+        if not env.is_main:  # rank 0 prints and writes for the job
+            return 0
     print(f"{data.name}/{split.split}, {len(loaded)} model(s), eval_score={eval_score}")
     print(metric_table(results))
     if args.json_out:

@@ -3,11 +3,16 @@
 A bare config name is looked up in ``configs/``; ``--set a.b=value`` overrides any key;
 ``--resume RUN_DIR`` continues a run from its ``checkpoints/last.pt`` with its saved config
 (``--set`` may then change only how long and how it runs, e.g. ``train.epochs``).
+
+Several processes (DistributedDataParallel, docs/distributed.md)::
+
+    torchrun --nproc_per_node 4 tools/train.py --cfg ugncl_coco
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ugncl.framework.cli import cli_main
@@ -38,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         config, path = load_config(args.cfg, args.set)
         result = train(config, config_name=path.stem)
+    if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 speaks for the job
+        return 0
     if result.finished_before:
         print(f"run {result.run_dir} is already finished and tested; nothing to do")
         return 0

@@ -35,6 +35,7 @@ from precomputed.dataset import PrecomputedSplit
 from sgraf.functional import PackedWords
 from ugncl.backbones.sgraf.data import as_eval_data, trim_heap
 from ugncl.framework.data import EvalData
+from ugncl.framework.engine import distributed
 from ugncl.framework.metrics import METRIC_KEYS, coco_folds, fold_metrics, retrieval_metrics
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ class StreamedImages:
         batch_size: images per forward pass.
         device: where the forward passes run and the chunks stay.
         stop: stream only the first ``stop`` images (default: all).
+        start: stream from image ``start`` on (a rank's block of a sharded evaluation).
     """
 
     def __init__(
@@ -143,10 +145,12 @@ class StreamedImages:
         batch_size: int,
         device: torch.device,
         stop: int | None = None,
+        start: int = 0,
     ) -> None:
         self.model, self.data, self.batch_size, self.device = model, data, batch_size, device
         total = int(data.num_images)
-        self.num_images = total if stop is None else min(int(stop), total)
+        self.start = int(start)
+        self.num_images = (total if stop is None else min(int(stop), total)) - self.start
         with eval_mode(model):
             probe = model.encode_images(data.images(0, min(1, total)).to(device))
         if probe.dim() != 4 or int(getattr(model, "image_axis", 0)) != 1:
@@ -159,15 +163,24 @@ class StreamedImages:
     def first(self, n: int) -> StreamedImages:
         """The first ``n`` images (same batches, so the same embeddings)."""
         return StreamedImages(
-            self.model, self.data, batch_size=self.batch_size, device=self.device, stop=n
-        )
+            self.model, self.data, batch_size=self.batch_size, device=self.device,
+            start=self.start, stop=self.start + n,
+        )  # fmt: skip
+
+    def window(self, a: int, b: int) -> StreamedImages:
+        """Images ``[a, b)`` of this stream (same batches, so the same embeddings)."""
+        return StreamedImages(
+            self.model, self.data, batch_size=self.batch_size, device=self.device,
+            start=self.start + a, stop=self.start + b,
+        )  # fmt: skip
 
     def chunks(self, size: int) -> Iterator[Tensor]:
         """Consecutive ``(W, <= size, R, E)`` float32 chunks, each a fresh tensor."""
         w, n, r, e = self.shape
         total, bs = int(self.data.num_images), self.batch_size
         batch, batch_start = None, 0  # the last encoded batch and its first image
-        for c0 in range(0, n, size):
+        first, n = self.start, self.start + n  # absolute image positions
+        for c0 in range(first, n, size):
             c1 = min(c0 + size, n)
             chunk = torch.empty((w, c1 - c0, r, e), dtype=torch.float32, device=self.device)
             filled = c0
@@ -379,13 +392,30 @@ def score_matrix(
             f"score_matrix was asked to run on {torch.device(device)} but the model is on "
             f"{_model_device(model)}; move the model with model.to(device) first"
         )
+    # Several processes: each rank scores a contiguous block of image rows (the all-pairs
+    # cost, 125M SGRAF pairs at COCO 5K, is split over the ranks) and the blocks are joined,
+    # so every rank ranks the same matrix.
+    n_img = encoded.num_images
+    start, stop = distributed.row_block(n_img)
+    img_emb = _image_block(encoded.img_emb, encoded.image_axis, start, stop, n_img)
     with eval_mode(model):
-        scores = model.score_all_pairs(encoded.img_emb, encoded.cap_emb, encoded.lengths, **kwargs)
-    scores = scores.float().cpu().numpy()
+        scores = model.score_all_pairs(img_emb, encoded.cap_emb, encoded.lengths, **kwargs)
+    scores = distributed.gather_rows(scores.float().cpu(), n_img).numpy()
     expected = (encoded.num_images, encoded.num_captions)
     if scores.shape != expected:
         raise RuntimeError(f"score_all_pairs returned shape {scores.shape}, expected {expected}")
     return scores
+
+
+def _image_block(
+    img_emb: Tensor | StreamedImages, axis: int, start: int, stop: int, n: int
+) -> Tensor | StreamedImages:
+    """Images ``[start, stop)`` of an encoded split (all of them: the object itself)."""
+    if start == 0 and stop == n:
+        return img_emb
+    if isinstance(img_emb, StreamedImages):
+        return img_emb.window(start, stop)
+    return img_emb.narrow(axis, start, stop - start)
 
 
 def ensemble(scores: Sequence[np.ndarray]) -> np.ndarray:

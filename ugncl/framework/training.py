@@ -32,6 +32,7 @@ from ugncl.framework.build import (
     open_run_data,
 )
 from ugncl.framework.config import Config, ConfigError, load_config
+from ugncl.framework.engine import distributed
 from ugncl.framework.engine.allocator import keep_freed_memory
 from ugncl.framework.engine.checkpoint import clean_partial_files, load_checkpoint
 from ugncl.framework.engine.device import select_device, select_precision
@@ -139,20 +140,44 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
 
     A new run writes ``config.yaml`` with the seed actually used; ``resume_dir`` continues
     the run in that directory from ``checkpoints/last.pt`` (from epoch 0 without one).
+
+    Started by ``torchrun`` (``WORLD_SIZE`` > 1), every process runs this function: rank 0
+    alone writes the run directory, the checkpoints, ``metrics.jsonl`` and TensorBoard
+    (``ugncl.framework.engine.distributed`` says what is sharded).
     """
+    dist_env, device_name = distributed.init_from_env(config.train.device)
+    try:
+        return _train(config, config_name, resume_dir, dist_env, device_name)
+    except Exception as err:
+        if dist_env.enabled and distributed.is_collective_failure(err):
+            where = resume_dir or Path(config.run.out_dir) / (config.run.name or config_name)
+            raise distributed.rank_lost(err, where) from err
+        raise
+    finally:
+        if dist_env.enabled:
+            distributed.shutdown()
+
+
+def _train(
+    config: Config,
+    config_name: str,
+    resume_dir: str | Path | None,
+    dist_env: distributed.DistEnv,
+    device_name: str,
+) -> TrainResult:
     changes: dict[str, list[Any]] = {}
     if resume_dir is not None:
         run_dir = Path(resume_dir)
         changes = resume_changes(run_dir, config)
     else:
-        if config.train.seed is None:
-            config = dataclasses.replace(
-                config, train=dataclasses.replace(config.train, seed=draw_seed())
-            )
-        name = config.run.name or default_run_name(config_name)
+        if config.train.seed is None:  # rank 0's draw, for every rank
+            seed = distributed.broadcast_object(draw_seed())
+            config = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+        name = distributed.broadcast_object(config.run.name or default_run_name(config_name))
         config = dataclasses.replace(config, run=dataclasses.replace(config.run, name=name))
         run_dir = Path(config.run.out_dir) / name
-        check_new_run_dir(run_dir)
+        distributed.on_main(lambda: check_new_run_dir(run_dir))
+    distributed.check_global_batch(config.train.batch_size, dist_env.world)
     if config.train.threads is not None:
         torch.set_num_threads(config.train.threads)
     keep_freed_memory()  # no page faults on the largest tensors of each step (allocator.py)
@@ -161,6 +186,8 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     # Open and check everything before the run directory exists.
     data = open_run_data(config)
     model = build_model(config, data)  # a raw-image source takes its transforms from the model
+    if dist_env.enabled:  # the same initial weights everywhere; dropout masks differ by rank
+        torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
     method = build_method(config)
@@ -171,7 +198,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             f"({training_data.num_samples} samples), so an epoch has no batch; lower "
             "train.batch_size or use more training data (data.train_images)"
         )
-    device = select_device(config.train.device)
+    device = select_device(device_name)
     precision = select_precision(config.train.amp, device)
     last = run_dir / "checkpoints" / "last.pt"
     state = None
@@ -180,10 +207,13 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         data.check_checkpoint(state, str(last))
 
     if resume_dir is None:
-        run_dir = create_run_dir(
-            config.run.out_dir, config.run.name, populate=lambda d: _write_config(config, d)
+        run_dir = distributed.on_main(
+            lambda: create_run_dir(
+                config.run.out_dir, config.run.name, populate=lambda d: _write_config(config, d)
+            )
         )
-    setup_logging(run_dir / "train.log")
+    if dist_env.is_main:
+        setup_logging(run_dir / "train.log")
     logger.info("run %s, seed %d", run_dir, seed)
     if config.train.amp in ("bf16", "fp16") and precision.autocast_dtype is None:
         logger.warning("train.amp=%s needs CUDA; on %s the run is fp32", config.train.amp, device)
@@ -191,30 +221,31 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     epoch, step = (0, 0) if state is None else (int(state["epoch"]), int(state["global_step"]))
     total = config.train.warmup_epochs + config.train.epochs
     if resume_dir is not None:
-        clean_partial_files(run_dir / "checkpoints")
-        tested = any(r["event"] == "test" for r in _records(run_dir))
+        distributed.on_main(lambda: clean_partial_files(run_dir / "checkpoints"))
+        tested = distributed.on_main(lambda: any(r["event"] == "test" for r in _records(run_dir)))
         if state is not None and epoch >= total and (tested or not config.eval.test_after_training):
             logger.info("run %s is finished (epoch %d of %d) and tested; nothing to do "
                         "(raise train.epochs to train on)", run_dir, epoch, total)  # fmt: skip
             return TrainResult(
                 run_dir, float(state["best_rsum"]), state["best_epoch"], None, finished_before=True
             )
-        dropped = truncate_metrics(run_dir, _keeper(state is not None, epoch, epoch >= total))
+        keeper = _keeper(state is not None, epoch, epoch >= total)
+        dropped = distributed.on_main(lambda: truncate_metrics(run_dir, keeper))
         if dropped:
             logger.info("dropped %d record(s) of the interrupted attempt after epoch %d",
                         dropped, epoch)  # fmt: skip
         if changes:
-            _write_config(config, run_dir)
+            distributed.on_main(lambda: _write_config(config, run_dir))
     # TensorBoard drops the killed attempt's steps (all of them when no checkpoint survived).
     purge = None if resume_dir is None else (0 if state is None else step + 1)
-    recorder = MetricsRecorder(run_dir, purge_step=purge)
+    recorder = MetricsRecorder(run_dir, purge_step=purge) if dist_env.is_main else NullRecorder()
     try:
         if resume_dir is not None:
             recorder.write("resume", epoch=epoch, step=step, changes=changes,
                            checkpoint=str(last) if state is not None else None)  # fmt: skip
             logger.info("resuming %s at epoch %d%s", run_dir, epoch,
                         f" with {changes}" if changes else "")  # fmt: skip
-        if state is None:
+        if state is None and dist_env.is_main:
             _write_setup(recorder, run_dir, data, test_split, seed, device, precision, config)
         method.prepare(model, training_data.num_samples)
         steps_per_epoch = training_data.num_samples // config.train.batch_size
@@ -253,7 +284,13 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
             checkpoint_extra={"config": config.to_dict(), **data.checkpoint_extra()},
+            dist=dist_env,
         )
+        if dist_env.enabled:  # how this attempt ran (a resume may use another world size)
+            recorder.write(
+                "distributed", step=step, world=dist_env.world, backend=dist_env.backend,
+                batch_per_rank=trainer.local_batch, negatives=getattr(method, "negatives", None),
+            )  # fmt: skip
         if state is not None:
             trainer.resume(last, state=state)
         summary = trainer.fit()
@@ -264,6 +301,16 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         return TrainResult(run_dir, summary["best_rsum"], summary["best_epoch"], test)
     finally:
         recorder.close()
+
+
+class NullRecorder:
+    """The recorder of ranks other than 0 in a multi-process run: records are rank 0's."""
+
+    def write(self, event: str, **fields: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def train_log_only(config: Config, *, config_name: str) -> tuple[TrainResult, float]:

@@ -69,11 +69,18 @@ class Method(nn.Module):
         name: the registry key.
         epoch_record: the ``metrics.jsonl`` event of ``on_epoch_start``'s fields.
         nonfinite_hint: advice appended to the error when a loss term turns NaN/inf.
+        negatives: where in-batch negatives come from with several processes. ``gathered``
+            (default): ``model(images, captions, lengths)`` returns the global batch's
+            ``(W, B, B)`` matrix (features gathered with gradient, open_clip's
+            ``gather_with_grad`` without ``local_loss``) and ``batch.index`` etc. are the
+            global batch's, so the loss equals the one-process loss at batch B. ``per_rank``:
+            the method sees the rank's micro-batch of B / world and its own negatives.
     """
 
     name: ClassVar[str] = "method"
     epoch_record: ClassVar[str] = "epoch_start"
     nonfinite_hint: ClassVar[str] = "Lower train.lr or check the input features for NaN."
+    negatives: ClassVar[str] = "gathered"
 
     def __init__(self, *, eval_score: str = "raw") -> None:
         super().__init__()

@@ -353,3 +353,21 @@ def test_coco_test_of_5k_images_is_the_5fold_protocol():
     assert default_protocol("coco", "test", 5000) == "coco5fold"
     assert default_protocol("coco", "test", 1000) == "1k"
     assert default_protocol("f30k", "test", 5000) == "1k"
+
+
+def test_a_rank_block_of_streamed_images_scores_as_those_rows(tiny_split) -> None:
+    """Sharded evaluation: a rank scores images [a, b) (``StreamedImages.window``); its rows
+    are the whole matrix's rows a..b-1 (up to float rounding: other block shapes)."""
+    split, vocab_size = tiny_split
+    model = tiny_model(vocab_size, "saf", 3)
+    held = encode_split(model, split, batch_size=2)
+    streamed = encode_split(model, split, batch_size=2, stream_images=True)
+    with torch.no_grad():
+        whole = model.score_all_pairs(held.img_emb, held.cap_emb, held.lengths)
+        for a, b in ((0, 3), (3, 7), (1, 6)):
+            block = streamed.img_emb.window(a, b)
+            assert block.shape[1] == b - a
+            got = model.score_all_pairs(block, streamed.cap_emb, held.lengths)
+            torch.testing.assert_close(got, whole[:, a:b], rtol=1e-5, atol=1e-6)
+            inner = model.score_all_pairs(block.window(1, 2), streamed.cap_emb, held.lengths)
+            torch.testing.assert_close(inner, whole[:, a + 1 : a + 2], rtol=1e-5, atol=1e-6)

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from ugncl.framework.data import PairBatch, TrainingData
+from ugncl.framework.engine import distributed
 from ugncl.framework.engine.checkpoint import (
     CHECKPOINT_VERSION,
     CheckpointError,
@@ -31,6 +32,7 @@ from ugncl.framework.engine.checkpoint import (
 )
 from ugncl.framework.engine.context import MethodContext, StepContext
 from ugncl.framework.engine.device import Precision
+from ugncl.framework.engine.distributed import DistEnv
 from ugncl.framework.engine.recorder import MetricsRecorder
 from ugncl.framework.engine.sampling import batch_indices, epoch_order
 from ugncl.framework.engine.seed import capture_rng_state, restore_rng_state
@@ -87,7 +89,9 @@ class Trainer:
         num_workers: int = 0,
         stop_after_epochs: int | None = None,
         checkpoint_extra: dict[str, Any] | None = None,
+        dist: DistEnv | None = None,
     ) -> None:
+        self.dist = dist or DistEnv()
         self.model = model.to(device)
         self.method = method.to(device)
         self.data = data
@@ -114,6 +118,14 @@ class Trainer:
         self.best_rsum = -math.inf
         self.best_epoch: int | None = None
         self.setup_done = False
+        # Several processes: DDP around the model; the method trains through a proxy whose
+        # forward scores the global batch (negatives ``gathered``) or the rank's micro-batch.
+        self.local_batch = distributed.check_global_batch(batch_size, self.dist.world)
+        self.train_model: Any = self.model
+        if self.dist.enabled:
+            gathered = getattr(method, "negatives", "gathered") == "gathered"
+            ddp = distributed.wrap_model(self.model, device)
+            self.train_model = distributed.DistributedModel(ddp, gathered=gathered)
 
     @property
     def total_epochs(self) -> int:
@@ -156,12 +168,17 @@ class Trainer:
     ) -> DataLoader:
         """Batches of the training samples (or ``indices``) in the seeded order of
         (epoch, stream); see :func:`ugncl.framework.engine.sampling.batch_indices` for the tail.
-        ``data``: the same samples in another input format (default: the training data)."""
+        ``data``: the same samples in another input format (default: the training data).
+        Several processes: this rank's whole batches ``rank::world`` of the pass (merge the
+        per-sample results with :func:`ugncl.framework.engine.distributed.merge_rows`)."""
         data = self.data if data is None else data
         order = epoch_order(data.num_samples, self.seed, epoch, stream, indices)
+        batches = batch_indices(order, batch_size, drop_last=drop_last)
+        if self.dist.enabled:
+            batches = distributed.shard_pass_batches(batches, self.dist)
         return DataLoader(
             data.dataset,
-            batch_sampler=batch_indices(order, batch_size, drop_last=drop_last),
+            batch_sampler=batches,
             collate_fn=data.collate,
             num_workers=self.num_workers,
         )
@@ -194,9 +211,7 @@ class Trainer:
             logger.info("epoch %d %s: %s", epoch, event, _format(fields))
         subset = self.method.epoch_samples(ctx, epoch)
         self.model.train()
-        loader = self.ordered_batches(
-            epoch, self.batch_size, stream=TRAIN_STREAM, indices=subset, drop_last=True
-        )
+        loader, global_batches = self._training_batches(epoch, subset)
         if len(loader) == 0:
             n = self.data.num_samples if subset is None else len(subset)
             raise ValueError(
@@ -207,6 +222,7 @@ class Trainer:
         for i, batch in enumerate(_progress(loader, epoch, self.total_epochs)):
             lr = float(self.optimizer.param_groups[0]["lr"])
             step = StepContext(epoch, self.global_step, warmup, self.device, lr)
+            batch = self._method_batch(batch, global_batches[i])
             terms = self._train_step(batch.to(self.device), step)
             if self.global_step % self.log_every == 0 or i == len(loader) - 1:
                 self._log_train(epoch, terms, i + 1, len(loader), started)
@@ -217,9 +233,46 @@ class Trainer:
             val = self.evaluate("val", epoch)
         self._checkpoint(epoch, val)
 
+    def _training_batches(
+        self, epoch: int, subset: np.ndarray | None
+    ) -> tuple[DataLoader, list[list[int]]]:
+        """The epoch's loader (this rank's micro-batches) and its global batches.
+
+        The order is ``epoch_order(seed, epoch)`` in every process; it is cut into global
+        batches of ``batch_size`` (the incomplete tail dropped) and, with several processes,
+        rank r loads slice ``[r*b, (r+1)*b)`` of each (b = batch_size / world)."""
+        order = epoch_order(self.data.num_samples, self.seed, epoch, TRAIN_STREAM, subset)
+        global_batches = batch_indices(order, self.batch_size, drop_last=True)
+        local = global_batches
+        if self.dist.enabled:
+            local = distributed.shard_global_batches(global_batches, self.dist)
+        loader = DataLoader(
+            self.data.dataset,
+            batch_sampler=local,
+            collate_fn=self.data.collate,
+            num_workers=self.num_workers,
+        )
+        return loader, global_batches
+
+    def _method_batch(self, batch: PairBatch, global_batch: list[int]) -> PairBatch:
+        """The batch the method sees. With gathered negatives in several processes: this
+        rank's images and captions, but the global batch's per-sample fields (``index``,
+        ``image_index``, ``clean``) in global order, matching the rows of the global matrix."""
+        if not self.dist.enabled or getattr(self.method, "negatives", "gathered") != "gathered":
+            return batch
+        index = np.asarray(global_batch, dtype=np.int64)
+        return PairBatch(
+            images=batch.images,
+            captions=batch.captions,
+            lengths=batch.lengths,
+            index=torch.from_numpy(index),
+            image_index=torch.as_tensor(np.asarray(self.data.image_index)[index]),
+            clean=torch.as_tensor(np.asarray(self.data.clean)[index]),
+        )
+
     def _train_step(self, batch: PairBatch, step: StepContext) -> dict[str, float]:
         with self.precision.autocast(self.device):
-            terms = self.method.training_step(self.model, batch, step)
+            terms = self.method.training_step(self.train_model, batch, step)
         loss_terms = {k: v for k, v in terms.items() if k.startswith("loss")}
         if not loss_terms:
             raise RuntimeError(
@@ -281,7 +334,7 @@ class Trainer:
 
         The record names the file and the epoch of the weights (``checkpoint``, ``epoch``).
         """
-        path = checkpoint_for_test(self.run_dir / "checkpoints")
+        path = distributed.on_main(lambda: checkpoint_for_test(self.run_dir / "checkpoints"))
         state = load_checkpoint(path, map_location=self.device)
         self.model.load_state_dict(state["model"])
         epoch = int(state["epoch"]) - 1
@@ -294,15 +347,22 @@ class Trainer:
         is_best = val is not None and val["rsum"] > self.best_rsum
         if is_best:
             self.best_rsum, self.best_epoch = val["rsum"], epoch
-        # last.pt first, then best.pt as its copy: last.pt names the best epoch, so a kill
-        # between the two writes is repaired from last.pt itself (ensure_best).
-        save_checkpoint(self.state_dict(val), ckpt_dir / "last.pt")
-        if is_best:
-            copy_checkpoint(ckpt_dir / "last.pt", ckpt_dir / "best.pt")
-            logger.info("epoch %d: new best rsum %.2f -> %s", epoch, self.best_rsum, ckpt_dir)
+        state = self.state_dict(val)  # every rank: it gathers the ranks' RNG states
+        if self.dist.is_main:  # rank 0 alone writes; the others wait for the files
+            # last.pt first, then best.pt as its copy: last.pt names the best epoch, so a kill
+            # between the two writes is repaired from last.pt itself (ensure_best).
+            save_checkpoint(state, ckpt_dir / "last.pt")
+            if is_best:
+                copy_checkpoint(ckpt_dir / "last.pt", ckpt_dir / "best.pt")
+                logger.info("epoch %d: new best rsum %.2f -> %s", epoch, self.best_rsum, ckpt_dir)
+        distributed.barrier()
 
     def state_dict(self, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
-        """A plain dict (``torch.load(weights_only=True)``) with everything resume needs."""
+        """A plain dict (``torch.load(weights_only=True)``) with everything resume needs
+        (several processes: also every rank's RNG state, ``rng_ranks``; a collective)."""
+        extra = {}
+        if self.dist.enabled:
+            extra["rng_ranks"] = distributed.all_gather_state(capture_rng_state())
         return {
             "version": CHECKPOINT_VERSION,
             "epoch": self.epoch,
@@ -321,14 +381,17 @@ class Trainer:
             "best_epoch": self.best_epoch,
             "metrics": metrics or {},
             **self.checkpoint_extra,
+            **extra,
         }
 
     def resume(self, path: str | Path, state: dict[str, Any] | None = None) -> None:
         """Restore model, optimiser, schedule, scaler, counters, RNG and method state from
         ``path`` (``state``: its content, already loaded). Leftover temp files of an
         interrupted write are deleted and a ``best.pt`` cut off by a kill is restored."""
-        clean_partial_files(Path(path).parent)
-        ensure_best(Path(path).parent)
+        if self.dist.is_main:  # the files are rank 0's to repair
+            clean_partial_files(Path(path).parent)
+            ensure_best(Path(path).parent)
+        distributed.barrier()
         if state is None:
             state = load_checkpoint(path, map_location=self.device)
         if state.get("method") != self.method.name:
@@ -341,7 +404,11 @@ class Trainer:
         self.schedule.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.method.load_state_dict(state["method_state"])
-        restore_rng_state(state["rng"])
+        ranks = state.get("rng_ranks")
+        if self.dist.enabled and ranks is not None and len(ranks) == self.dist.world:
+            restore_rng_state(ranks[self.dist.rank])
+        else:
+            restore_rng_state(state["rng"])
         self.epoch = int(state["epoch"])
         self.global_step = int(state["global_step"])
         self.best_rsum = float(state["best_rsum"])

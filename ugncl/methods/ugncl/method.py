@@ -19,12 +19,14 @@ from torch import Tensor, nn
 
 from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import MethodContext, StepContext
+from ugncl.framework.engine.distributed import merge_rows
 from ugncl.framework.errors import ConfigError
 from ugncl.framework.evaluation import eval_mode, view_reducer
 from ugncl.methods.base import Method, section_defaults
 from ugncl.methods.ugncl.division import (
     HARD_CLEAN,
     HARD_NOISY,
+    UNVISITED,
     BatchDivision,
     DivisionAccumulator,
     DivisionResult,
@@ -124,6 +126,16 @@ class UGNCLConfig:
     # loss goes on to lambda_min. Measured at 12, not adopted (docs/methods/ugncl.md,
     # "Two changes that move which runs lag").
     division_lambda_min: int | None = None
+
+
+def merge_division(local: DivisionResult) -> DivisionResult:
+    """The division of the whole pass on every rank: each rank divided its share of the
+    batches (``ctx.batches`` is sharded in a multi-process run); identity in one process."""
+    seen = local.sets != UNVISITED
+    return DivisionResult(
+        u=merge_rows(local.u, seen), u_bar=merge_rows(local.u_bar, seen),
+        soft_label=merge_rows(local.soft_label, seen), sets=merge_rows(local.sets, seen),
+    )  # fmt: skip
 
 
 def truth_division(clean: np.ndarray) -> DivisionResult:
@@ -290,7 +302,7 @@ class UGNCLMethod(Method):
                 with ctx.autocast():
                     raw = model(batch.images, batch.captions, batch.lengths)
                 accumulator.add(batch.index.cpu(), self.divide(raw.float(), lam))
-        return accumulator.result()
+        return merge_division(accumulator.result())
 
     def divide(self, raw: Tensor, lam: int) -> BatchDivision:
         """``divide_batch`` with this method's settings: raw ``(W, K, K)`` -> BatchDivision.

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ugncl.framework.engine.distributed import is_main_process, merge_rows
 from ugncl.framework.optim import build_optimizer
 from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
@@ -260,6 +261,12 @@ class BankSiamese(nn.Module):
         (bi, bt), (ai, at) = res.before, res.after
         return significance_weight(bi, ai, bt, at), res
 
+    def merged_weights(self) -> np.ndarray | None:
+        """``epoch_weights`` of every sample: with several processes each rank noted the
+        samples of its own micro-batches (a collective: every rank calls it)."""
+        w = self.epoch_weights
+        return None if w is None else merge_rows(w, np.isfinite(w))
+
     def note_weights(self, index: Tensor, w: Tensor) -> None:
         self.epoch_weights[index.cpu().numpy()] = w.detach().float().cpu().numpy()
 
@@ -310,6 +317,9 @@ class NPCMethod(CLIPMethod):
 
     name = "npc"
     epoch_record = "noise_detection"
+    # The significance weight is a one-step update of a siamese copy on the batch; each rank
+    # measures it on its own micro-batch (a global one would need the copy's step on B).
+    negatives = "per_rank"
 
     @section_defaults(NPCConfig)
     def __init__(
@@ -371,7 +381,8 @@ class NPCMethod(CLIPMethod):
                 clean, scan.image_emb, scan.caption_emb, scan.image_index, posterior,
                 device=ctx.device,
             )  # fmt: skip
-            bank.save(path)
+            if is_main_process():  # every rank holds the bank; rank 0 writes it
+                bank.save(path)
         self.core.attach(ctx, bank)
         record = detection_record(self._clean, weights=bank.score, selected=bank.clean)
         return {"bank_keys": int(bank.clean.sum()), **{f"bank_{k}": v for k, v in record.items()}}
@@ -380,7 +391,7 @@ class NPCMethod(CLIPMethod):
         """Noise-detection record of the significance weights of the previous epoch."""
         if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
             self.setup(ctx)
-        w = self.core.epoch_weights
+        w = self.core.merged_weights()
         if epoch == 0 or w is None or not np.isfinite(w).any():
             return None
         record = detection_record(self._clean, weights=w)

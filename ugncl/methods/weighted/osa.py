@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from precomputed.errors import DataNotFoundError
 from ugncl.backbones.registry import model_from_file, open_estimator_view
+from ugncl.framework.engine.distributed import is_main_process
 from ugncl.framework.errors import ConfigError
 from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
@@ -239,12 +240,13 @@ class OSAMethod(CLIPMethod):
             beta = self.fixed_beta if self.fixed_beta is not None else scan.shift.mean
             scale = logit_scale_of(est, self.logit_scale)
             del est  # frozen and fully used: every weight is now fixed
-            tmp = path.with_name(path.name + ".tmp.npz")
-            np.savez(
-                tmp, sim=sim.astype(np.float32), beta=np.float64(beta), scale=np.float64(scale),
-                index_sha256=np.str_(index_digest(scan.image_index)),
-            )  # fmt: skip
-            os.replace(tmp, path)
+            if is_main_process():  # every rank holds the scores; rank 0 writes them
+                tmp = path.with_name(path.name + ".tmp.npz")
+                np.savez(
+                    tmp, sim=sim.astype(np.float32), beta=np.float64(beta),
+                    scale=np.float64(scale), index_sha256=np.str_(index_digest(scan.image_index)),
+                )  # fmt: skip
+                os.replace(tmp, path)
         self.sim, self.beta, self.scale = sim.astype(np.float32), beta, scale
         record = detection_record(self._clean, weights=self.sample_weights())
         return {"beta": self.beta, "logit_scale": self.scale, **record}

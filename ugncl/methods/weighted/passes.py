@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ugncl.framework.engine.distributed import all_reduce_sum, merge_rows
 from ugncl.framework.evaluation import eval_mode
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample
 from ugncl.methods.weighted.memory_bank import EmbeddingTable
@@ -92,6 +93,17 @@ def scan_training_set(
             if embeddings:
                 img_tab.add(idx, img.reshape(img.shape[0], -1))
                 cap_tab.add(idx, cap.reshape(cap.shape[0], -1))
+    # Several processes: each rank visited its share of the batches; every rank now gets the
+    # whole-set arrays (identical on all ranks, the one-process values).
+    seen = image_index >= 0
+    image_index = merge_rows(image_index, seen)
+    for table in (loss, diag, img_tab, cap_tab):
+        if table.values is not None:
+            table.values = merge_rows(table.values, table.visited)
+    shift.count, shift.total, shift.total_sq = all_reduce_sum(
+        [shift.count, shift.total, shift.total_sq]
+    )
+    shift.count = int(shift.count)
     if (image_index < 0).any():
         raise RuntimeError(
             f"{int((image_index < 0).sum())} training samples were not visited by the pass; "

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ugncl.framework.engine.distributed import is_main_process
 from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
@@ -86,6 +87,7 @@ class SDDMethod(CLIPMethod):
 
     name = "sdd"
     epoch_record = "noise_detection"
+    negatives = "per_rank"  # as NPC: the siamese step runs on the rank's micro-batch
 
     @section_defaults(SDDConfig)
     def __init__(
@@ -163,9 +165,10 @@ class SDDMethod(CLIPMethod):
                 clean, scan.image_emb, scan.caption_emb, scan.image_index, scan.diag,
                 device=ctx.device,
             )  # fmt: skip
-            bank.save(path)
             self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
-            meta_path.write_text(json.dumps({"alpha": self.alpha, "beta": self.beta, **meta}))
+            if is_main_process():  # every rank holds the bank; rank 0 writes it
+                bank.save(path)
+                meta_path.write_text(json.dumps({"alpha": self.alpha, "beta": self.beta, **meta}))
         self.core.attach(ctx, bank)
         record = detection_record(self._clean, weights=bank.score, selected=bank.clean)
         return {
@@ -180,7 +183,7 @@ class SDDMethod(CLIPMethod):
         if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
             self.setup(ctx)
         record: dict[str, Any] = {}
-        w = self.core.epoch_weights
+        w = self.core.merged_weights()
         if w is not None and np.isfinite(w).any():
             # Final weight of the previous epoch, w_sig * w_con, where it was applied.
             record.update(detection_record(self._clean, weights=w, prefix="step_"))

@@ -1,0 +1,48 @@
+"""tools/gpu_check.py: without CUDA it says so and exits 0; its checks and table run on the CPU
+at toy sizes (``--device cpu --quick``), so what a CUDA machine runs is tested code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_without_cuda_it_says_so_and_exits_0(tool, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tool("gpu_check").main([]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA is not available" in out and "--device cpu --quick" in out
+
+
+def test_table_has_one_line_per_row_and_shows_failures(tool) -> None:
+    gc = tool("gpu_check")
+    failing = gc._guard("step", "x", lambda: 1 / 0)
+    assert failing.status == "FAIL" and "ZeroDivisionError" in failing.note
+    rows = [gc.Row("bench", "scoring 5x5", "ok", 1234.5, "pairs/s", "0.1 s"), failing]
+    table = gc.format_table(rows, "gpu_check on CPU").splitlines()
+    assert table[0] == "gpu_check on CPU" and table[1].split()[:3] == ["section", "case", "status"]
+    assert "1,234.5" in table[3] and "FAIL" in table[4] and len(table) == 5
+
+
+@pytest.mark.slow
+def test_quick_cpu_run_prints_every_check(tool, capsys) -> None:
+    rc = tool("gpu_check").main(["--device", "cpu", "--quick", "--steps", "1",
+                                 "--methods", "triplet", "clip", "--bench-steps", "1"])  # fmt: skip
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("gpu_check on CPU")
+    for case in ("triplet x sgraf", "clip x clip", "evaluate_models x sgraf",
+                 "evaluate_models x clip", "SGRAF step (batch 16)", "scoring 20x100",
+                 "CLIP ugncl-tiny (batch 8)"):  # fmt: skip
+        row = next(line for line in lines if case in line)
+        assert " ok " in row, out
+    # Every method on every backbone has a row, ok or FAIL with the reason.
+    assert sum(" x sgraf " in line or " x clip " in line for line in lines) >= 4
+    assert rc in (0, 1)
