@@ -29,6 +29,7 @@ from ugncl.framework.build import (
     build_method,
     build_model,
     build_optimizer_and_schedule,
+    check_method_backbone,
     open_estimator_view,
     open_run_data,
 )
@@ -162,6 +163,7 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     # Open and check everything before the run directory exists.
     data = open_run_data(config)
     model = build_model(config, data)  # a raw-image source takes its transforms from the model
+    check_method_backbone(config, model)  # a method that cannot be meaningful here: refused
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
     estimator_data = open_estimator_view(config, data)  # data.estimator: checked before the run
