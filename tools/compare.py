@@ -45,6 +45,7 @@ stand-in weights (tools/pretrain_clip.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import shlex
 import subprocess
@@ -90,14 +91,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="tools/make_synthetic.py options of the plan's world (default: the default world)",
     )
     parser.add_argument("--jobs", type=int, default=2, help="plan cells trained at once")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="grid seeds (default 0)")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="with --plan: train nothing, report the cells already finished",
+    )
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=None,
+        help="seeds (grid default 0; --plan: the plan's, 0 1 or 0 1 2 with full)",
+    )
     parser.add_argument("--out", default="runs/compare", help="grid folder (default runs/compare)")
     parser.add_argument(
         "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-        help="overrides for every grid run, e.g. --set data.train_images=400 train.epochs=2",
+        help="overrides for every grid run, e.g. --set data.train_images=400 train.epochs=2 "
+        "(with --plan: appended to every cell's, for smoke runs; the report says so)",
     )  # fmt: skip
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="table format")
     args = parser.parse_args(argv)
+    if args.seeds is None and not args.plan:
+        args.seeds = [0]
     if (bool(args.runs) + bool(args.cfg) + bool(args.plan)) != 1:
         parser.error("pass run directories to read, --cfg CONFIG [...] to train a grid, or --plan")
     return args
@@ -146,14 +161,23 @@ def ensure_world(options: str) -> tuple[Path, Path]:
 
 def run_plan_and_report(args: argparse.Namespace) -> int:
     from ugncl.framework.compare_grid import DEFAULT as DEFAULT_PLAN
-    from ugncl.framework.compare_grid import FULL, default_plan, plan_rows, run_plan
+    from ugncl.framework.compare_grid import FULL, cell_state, default_plan, plan_rows, run_plan
     from ugncl.framework.compare_report import write_report
 
     if args.out == "runs/compare" and args.plan == "full":
         args.out = "runs/compare-full"
     world, weights = ensure_world(args.world)
-    cells = default_plan(world, weights, FULL if args.plan == "full" else DEFAULT_PLAN)
-    status = run_plan(cells, args.out, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
+    size = FULL if args.plan == "full" else DEFAULT_PLAN
+    if args.seeds:
+        size = dataclasses.replace(size, seeds=tuple(args.seeds))
+    cells = default_plan(world, weights, size)
+    if args.set:  # e.g. a smoke run: fewer images and epochs in every cell
+        cells = [dataclasses.replace(c, overrides=(*c.overrides, *args.set)) for c in cells]
+    if args.report_only:
+        status = {c.name: "done" if cell_state(Path(args.out), c) == "done" else "not run"
+                  for c in cells}  # fmt: skip
+    else:
+        status = run_plan(cells, args.out, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
     rows = plan_rows(cells, args.out)
     records = {r["run"]: _read_records(Path(args.out) / r["run"]) for r in rows}
     failed = [f"- {name}: {what}" for name, what in status.items() if what != "done"]
@@ -162,6 +186,11 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         + (f' --world "{args.world}"' if args.world else "")
         + "`",
         f"World `{world}`, CLIP stand-in `{weights}`; {len(cells)} cells, {len(rows)} rows.",
+        *(
+            [f"Every cell overridden with `{' '.join(args.set)}` (not the plan's sizes)."]
+            if args.set
+            else []
+        ),
         *(["", "Cells that did not finish:", *failed] if failed else []),
     ]
     paths = write_report(args.out, rows, records, title="Noisy-correspondence methods on "
