@@ -81,8 +81,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("default", "full"),
         default=None,
         help="the embedded comparison: every method x backbone at each noise ratio, as "
-        "subprocesses, then the report folder (default: 20/50%% noise, 2 seeds, CLIP on "
-        "400 images x 2 epochs; full: 20/50/80%%, 3 seeds, CLIP 1000 x 3, InfoNCE on SGRAF)",
+        "subprocesses, then the report folder (default: 20/50%% noise, 2 seeds, 500 train "
+        "images, CLIP 2 epochs; full: 20/50/80%%, 3 seeds, 1000 images, CLIP 3 epochs, "
+        "InfoNCE on SGRAF)",
     )
     parser.add_argument(
         "--world",

@@ -125,6 +125,10 @@ def test_default_plan_one_noise_setting_per_ratio_and_warm_starts() -> None:
     for cell in cells:  # one noise file per ratio: the same ratio and noise seed everywhere
         assert f"data.noise_ratio={cell.noise_ratio}" in cell.overrides
         assert "data.noise_seed=0" in cell.overrides and "train.threads=1" in cell.overrides
+        # both tracks on the same images: a noise index built for another subset differs
+        assert [s for s in cell.overrides if s.startswith("data.train_images=")] == [
+            "data.train_images=500"
+        ]
     zero = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.0}
     assert zero == {("sgraf", "triplet"), ("clip", "clip")}
     noisy = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.5 and c.report}

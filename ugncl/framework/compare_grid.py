@@ -65,15 +65,16 @@ class Cell:
 class PlanSize:
     """What the budget buys: seeds, noise ratios and the CLIP track's size.
 
-    The SGRAF track keeps its configs' schedules (UGNCL's 2 + 18 epochs, the clean
-    reference's 19 + 1 for the all-negatives hinge, 1 + 3 for the hardest-negative hinge) on
-    the world's 1000 training images; the CLIP track is cut to ``clip_images`` images and
+    Both tracks train on the same first ``train_images`` images of the world (so on one noise
+    index per ratio: a noise index built for another subset is another file). The SGRAF
+    track keeps its configs' schedules (UGNCL's 2 + 18 epochs, the clean reference's 19 + 1
+    for the all-negatives hinge, 1 + 3 for the hardest-negative hinge); the CLIP track trains
     ``clip_epochs`` epochs (its step costs ~10 x SGRAF's on a CPU).
     """
 
     seeds: tuple[int, ...] = (0, 1)
     ratios: tuple[float, ...] = (0.2, 0.5)
-    clip_images: int = 400
+    train_images: int = 500
     clip_epochs: int = 2
     sgraf_warmup_epochs: int = 2  # the NPC/SDD warm start on SGRAF (all-negatives hinge)
     sgraf_method_epochs: int = 3  # NPC/SDD epochs after it
@@ -83,7 +84,7 @@ class PlanSize:
 
 DEFAULT = PlanSize()
 FULL = PlanSize(
-    seeds=(0, 1, 2), ratios=(0.2, 0.5, 0.8), clip_images=1000, clip_epochs=3,
+    seeds=(0, 1, 2), ratios=(0.2, 0.5, 0.8), train_images=1000, clip_epochs=3,
     infonce_on_sgraf=True,
 )  # fmt: skip
 
@@ -95,11 +96,12 @@ def _pct(ratio: float) -> str:
 class _CellMaker:
     """Appends the cells of one (noise ratio, seed) with their shared overrides."""
 
-    def __init__(self, cells: list[Cell], world: str, ratio: float, seed: int) -> None:
+    def __init__(self, cells: list[Cell], world: str, ratio: float, seed: int, images: int) -> None:
         self.cells, self.ratio, self.seed = cells, ratio, seed
         self.tag = f"{_pct(ratio)}-s{seed}"
-        self.common = (f"data.root={world}", f"data.noise_ratio={ratio}", "data.noise_seed=0",
-                       f"train.seed={seed}", "train.threads=1")  # fmt: skip
+        self.common = (f"data.root={world}", f"data.train_images={images}",
+                       f"data.noise_ratio={ratio}", "data.noise_seed=0", f"train.seed={seed}",
+                       "train.threads=1")  # fmt: skip
 
     def __call__(self, backbone: str, label: str, config: str, *extra: str, **kw: Any) -> str:
         name = f"{backbone}-{label}-{self.tag}"
@@ -117,12 +119,11 @@ def default_plan(
     clean reference's schedule (``clean_synthetic`` at noise > 0) beside the hardest-negative
     hinge; NPC and SDD on SGRAF start from a warm-up cell of the same split and seed."""
     weights = str(clip_weights)
-    clip_view = (f"model.clip.pretrained={weights}", f"data.train_images={size.clip_images}",
-                 f"train.epochs={size.clip_epochs}")  # fmt: skip
+    clip_view = (f"model.clip.pretrained={weights}", f"train.epochs={size.clip_epochs}")
     cells: list[Cell] = []
     for seed in size.seeds:
         for ratio in (0.0, *size.ratios):
-            add = _CellMaker(cells, str(world), ratio, seed)
+            add = _CellMaker(cells, str(world), ratio, seed, size.train_images)
             add("sgraf", "triplet", "triplet_synthetic")
             add("clip", "clip", "clip_synthetic", *clip_view)
             if ratio == 0.0:
