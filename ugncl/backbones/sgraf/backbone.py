@@ -86,6 +86,9 @@ def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
         word_dropout=config.word_dropout,
         block_captions=config.block_captions,
     )
+    # Where the weights come from (None: random init); methods that read the starting
+    # model's scores refuse a random one (untrained_start_error).
+    model.init_from = None
     if config.init:
         load_init(model, config.init)
     return model

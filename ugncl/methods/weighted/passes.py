@@ -173,12 +173,13 @@ def untrained_start_error(what: str, model: nn.Module) -> str | None:
     """Refuse a method that reads the starting model's scores on a randomly initialised one.
 
     NPC's memory bank, SDD's clean set and OSA's default estimator (a frozen copy) are built
-    once from the starting model: the papers start from pretrained CLIP. A CLIP model is always
-    loaded from weights (``model.clip.pretrained``); an SGRAF starts random unless
-    ``model.sgraf.init`` names a checkpoint (its builder sets ``init_from``), and at random
-    init its scores rank at chance, so the bank would be random.
+    once from the starting model: the papers start from pretrained CLIP. A backbone without
+    pretraining says where its weights came from in ``init_from`` (SGRAF's builder: the
+    ``model.sgraf.init`` checkpoint, or None for random init, where its scores rank at chance
+    and the bank would be random). A model without the attribute (CLIP, always loaded from
+    ``model.clip.pretrained``) is taken as it is.
     """
-    if getattr(model, "logit_scale", None) is not None or getattr(model, "init_from", None):
+    if not hasattr(model, "init_from") or model.init_from:
         return None
     backbone = getattr(model, "backbone", "?")
     return (
