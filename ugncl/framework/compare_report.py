@@ -133,6 +133,8 @@ def _plot_rsum(groups: Sequence[dict[str, Any]], path: Path, plt: Any) -> None:
             xs = [g["noise_ratio"] for g in line]
             ax.errorbar(xs, [g["rsum_mean"] for g in line], yerr=[g["rsum_std"] for g in line],
                         marker="o", capsize=3, label=variant)  # fmt: skip
+        top = max((g["noise_ratio"] or 0.0 for g in mine), default=0.0)
+        ax.set_xlim(-0.05, max(top, 0.5) + 0.05)
         ax.set_title(f"{backbone}: test rSum (mean ± sd over seeds)")
         ax.set_xlabel("noise ratio")
         ax.set_ylabel("test rSum")
