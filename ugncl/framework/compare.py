@@ -295,8 +295,8 @@ def check_same_noise(rows: Sequence[dict[str, Any]]) -> None:
             raise CompareError(
                 f"runs of noise {ratio} and seed {seed} were trained on different noise files "
                 f"({which}); a comparison needs one split: retrain the odd runs with the same "
-                "data.noise_file (or data.noise_ratio, data.noise_seed and data.train_images), or leave "
-                "them out"
+                "data.noise_file (or data.noise_ratio, data.noise_seed and data.train_images), "
+                "or leave them out"
             )
 
 
