@@ -24,7 +24,7 @@ demo: $(STAMP)
 # .csv, .json and PNG plots). FULL=1: 3 seeds, 80% noise too, the CLIP track at full size.
 # WORLD="--seed 7 --attribute-sharing 0.3": another world (tools/make_synthetic.py options).
 compare: $(STAMP)
-	$(PY) tools/compare.py --plan $(if $(FULL),full,default) --jobs 2 $(if $(WORLD),--world "$(WORLD)")
+	$(PY) tools/compare.py --plan $(if $(FULL),full,default) --jobs 2 $(if $(WORLD),--world="$(WORLD)")
 
 # pytest's exit code 5 (no test collected) passes through as 5, which .ci/run reports.
 test: $(STAMP)
