@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format bench gpu-check clean
+.PHONY: venv demo compare test lint format bench gpu-check clean
 
 venv: $(STAMP)
 
@@ -19,6 +19,12 @@ $(STAMP): setup.py constraints.txt
 
 demo: $(STAMP)
 	$(PY) tools/demo.py --jobs 2 --threads 1
+
+# Every method on both backbones, one noisy split, one report folder (runs/compare/: compare.md,
+# .csv, .json and PNG plots). FULL=1: 3 seeds, 80% noise too, the CLIP track at full size.
+# WORLD="--seed 7 --attribute-sharing 0.3": another world (tools/make_synthetic.py options).
+compare: $(STAMP)
+	$(PY) tools/compare.py --plan $(if $(FULL),full,default) --jobs 2 $(if $(WORLD),--world="$(WORLD)")
 
 # pytest's exit code 5 (no test collected) passes through as 5, which .ci/run reports.
 test: $(STAMP)

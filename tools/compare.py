@@ -22,12 +22,33 @@ folder, ``s0t1/ugncl_synthetic``)::
 Columns: run, method, backbone, dataset, noise ratio, seed, CPU threads, test rSum, i2t/t2i
 R@1, the epoch of the tested weights, the last epoch's noise-detection F1, UGNCL's hard sets
 (size and true-clean share) and weight AUC (blank where the method records none), training
-wall time in seconds (from the records' timestamps).
+wall time in seconds (from the records' timestamps), seconds per epoch and their ratio to the
+backbone's plain baseline (triplet on SGRAF, clip on CLIP) among the rows, and the noise file's
+sha256 (short): rows of one noise ratio and seed trained on different files are refused.
+Arguments that are files (``compare.md`` and the plots, caught by ``runs/compare/*``) are
+skipped.
+
+The embedded comparison (``make compare``): every method on both backbones at 20% and 50%
+noise and each backbone's plain baseline at 0%, two seeds, each run a ``tools/train.py``
+subprocess (``--jobs`` at a time; a rerun resumes where it stopped), then the report folder
+(compare.md, compare.csv, compare.json, rsum_vs_noise.png, detection.png, weights.png)::
+
+    python tools/compare.py --plan default --jobs 2 --out runs/compare
+    python tools/compare.py --plan full --jobs 2 --out runs/compare-full
+    python tools/compare.py --plan default --world "--seed 7 --attribute-sharing 0.3"
+
+``--world`` takes tools/make_synthetic.py's options; that world is written once to
+``data/worlds/<hash of the options>`` (the default world: ``data/synthetic``) with its CLIP
+stand-in weights (tools/pretrain_clip.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +56,8 @@ from precomputed.errors import InvalidSettingError
 from ugncl.framework.cli import cli_main
 from ugncl.framework.compare import (
     FORMATS,
+    add_cost_ratio,
+    check_same_noise,
     format_table,
     mean_row,
     read_run,
@@ -53,16 +76,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="finished run directories")
     parser.add_argument("--cfg", nargs="+", help="configs to train and compare (grid mode)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="grid seeds (default 0)")
+    parser.add_argument(
+        "--plan",
+        choices=("default", "full"),
+        default=None,
+        help="the embedded comparison: every method x backbone at each noise ratio, as "
+        "subprocesses, then the report folder (default: 20/50%% noise, 2 seeds, 500 train "
+        "images, CLIP 2 epochs; full: 20/50/80%%, 3 seeds, 1000 images, CLIP 3 epochs, "
+        "InfoNCE on SGRAF)",
+    )
+    parser.add_argument(
+        "--world",
+        default="",
+        metavar="OPTIONS",
+        help="tools/make_synthetic.py options of the plan's world (default: the default world)",
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="plan cells trained at once")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="with --plan: train nothing, report the cells already finished",
+    )
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=None,
+        help="seeds (grid default 0; --plan: the plan's, 0 1 or 0 1 2 with full)",
+    )
     parser.add_argument("--out", default="runs/compare", help="grid folder (default runs/compare)")
     parser.add_argument(
         "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-        help="overrides for every grid run, e.g. --set data.train_images=400 train.epochs=2",
+        help="overrides for every grid run, e.g. --set data.train_images=400 train.epochs=2 "
+        "(with --plan: appended to every cell's, for smoke runs; the report says so)",
     )  # fmt: skip
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="table format")
     args = parser.parse_args(argv)
-    if bool(args.runs) == bool(args.cfg):
-        parser.error("pass run directories to read, or --cfg CONFIG [...] to train a grid")
+    if args.seeds is None and not args.plan:
+        args.seeds = [0]
+    if (bool(args.runs) + bool(args.cfg) + bool(args.plan)) != 1:
+        parser.error("pass run directories to read, --cfg CONFIG [...] to train a grid, or --plan")
     return args
 
 
@@ -88,13 +141,90 @@ def run_grid(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def ensure_world(options: str) -> tuple[Path, Path]:
+    """The plan's world root and CLIP stand-in weights, generated when missing."""
+    root = Path("data/synthetic")
+    if options.strip():
+        digest = hashlib.sha256(" ".join(shlex.split(options)).encode()).hexdigest()[:10]
+        root = Path("data/worlds") / digest
+    tools = Path(__file__).resolve().parent
+    if not (root / "synthetic_precomp" / "world.json").is_file():
+        print(f"writing the world {root} ({options or 'defaults'}) ...", file=sys.stderr)
+        cmd = [sys.executable, str(tools / "make_synthetic.py"), "--out", str(root)]
+        subprocess.run([*cmd, *shlex.split(options)], check=True)
+    weights = root / "clip" / "ugncl-tiny-pretrained.pt"
+    if not weights.is_file():
+        print(f"pretraining the CLIP stand-in {weights} ...", file=sys.stderr)
+        cmd = [sys.executable, str(tools / "pretrain_clip.py"), "--data", str(root)]
+        subprocess.run([*cmd, "--threads", "1"], check=True)
+    return root, weights
+
+
+def run_plan_and_report(args: argparse.Namespace) -> int:
+    from ugncl.framework.compare_grid import DEFAULT as DEFAULT_PLAN
+    from ugncl.framework.compare_grid import FULL, cell_state, default_plan, plan_rows, run_plan
+    from ugncl.framework.compare_report import write_report
+
+    if args.out == "runs/compare" and args.plan == "full":
+        args.out = "runs/compare-full"
+    world, weights = ensure_world(args.world)
+    size = FULL if args.plan == "full" else DEFAULT_PLAN
+    if args.seeds:
+        size = dataclasses.replace(size, seeds=tuple(args.seeds))
+    cells = default_plan(world, weights, size)
+    if args.set:  # e.g. a smoke run: fewer images and epochs in every cell
+        cells = [dataclasses.replace(c, overrides=(*c.overrides, *args.set)) for c in cells]
+    if args.report_only:
+        status = {c.name: "done" if cell_state(Path(args.out), c) == "done" else "not run"
+                  for c in cells}  # fmt: skip
+    else:
+        status = run_plan(cells, args.out, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
+    rows = plan_rows(cells, args.out)
+    records = {r["run"]: _read_records(Path(args.out) / r["run"]) for r in rows}
+    failed = [f"- {name}: {what}" for name, what in status.items() if what != "done"]
+    notes = [
+        f"`python tools/compare.py --plan {args.plan} --jobs {args.jobs}"
+        + (f' --world "{args.world}"' if args.world else "")
+        + "`",
+        f"World `{world}`, CLIP stand-in `{weights}`; {len(cells)} cells, {len(rows)} rows.",
+        *(
+            [f"Every cell overridden with `{' '.join(args.set)}` (not the plan's sizes)."]
+            if args.set
+            else []
+        ),
+        *(["", "Cells that did not finish:", *failed] if failed else []),
+    ]
+    paths = write_report(args.out, rows, records, title="Noisy-correspondence methods on "
+                         "both backbones", notes=notes)  # fmt: skip
+    print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _read_records(run_dir: Path) -> list[dict]:
+    import json
+
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plan:
+        return run_plan_and_report(args)
     if args.cfg:
         rows = run_grid(args)
     else:
-        rows = [read_run(path, label) for path, label in zip(args.runs, run_labels(args.runs))]
+        # A glob such as runs/compare/* also catches the report's own files: skip files.
+        dirs = [p for p in args.runs if not Path(p).is_file()]
+        for path in sorted(set(args.runs) - set(dirs)):
+            print(f"skipping {path}: a file, not a run directory", file=sys.stderr)
+        if not dirs:
+            raise InvalidSettingError("no run directories among the arguments")
+        rows = [read_run(path, label) for path, label in zip(dirs, run_labels(dirs))]
+    check_same_noise(rows)
+    add_cost_ratio(rows)
     table = format_table(rows, args.format)
     if args.cfg:
         out = Path(args.out) / f"compare.{SUFFIX[args.format]}"

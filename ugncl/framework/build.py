@@ -37,6 +37,7 @@ __all__ = [
     "build_model",
     "build_optimizer_and_schedule",
     "check_checkpoint",
+    "check_method_backbone",
     "model_from_checkpoint",
     "model_from_file",
     "open_estimator_view",
@@ -88,6 +89,15 @@ def image_decay_override(
             "precomputed SGRAF backbone has); set train.image_decay_per_rms to null"
         )
     return [(weights(), float(per_rms) * rms())]
+
+
+def check_method_backbone(config: Config, model: SimilarityModel) -> None:
+    """Refuse, before the run folder appears, a method that cannot be meaningful on the
+    model's backbone (:meth:`Method.backbone_error`: the reason and the fix in one line)."""
+    reason = build_method(config).backbone_error(model)
+    if reason:
+        raise ConfigError(f"method.name={config.method.name} on model.backbone="
+                          f"{config.model.backbone}: {reason}")  # fmt: skip
 
 
 def build_optimizer_and_schedule(

@@ -34,9 +34,13 @@ from precomputed.errors import UserError
 __all__ = [
     "COLUMNS",
     "FORMATS",
+    "PLAIN_BASELINE",
     "Column",
     "CompareError",
+    "add_cost_ratio",
+    "check_same_noise",
     "detection_summary",
+    "epochs_trained",
     "format_table",
     "grid_run_name",
     "mean_row",
@@ -86,7 +90,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("hard_noisy_share", "clean share (hn)", ".2f"),
     Column("weight_auc", "weight AUC", ".3f"),
     Column("wall_s", "wall s", ".0f"),
+    Column("s_per_epoch", "s/epoch", ".1f"),
+    Column("cost_ratio", "cost x plain", ".2f"),
+    Column("noise_sha256", "noise sha256"),
+    Column("variant", "variant"),
 )
+#: Each backbone's plain baseline: the denominator of ``cost_ratio``.
+PLAIN_BASELINE = {"sgraf": "triplet", "clip": "clip"}
+#: Characters of the noise file's sha256 shown in tables (the full one is in the run's setup).
+SHA_CHARS = 12
 # Keys of UGNCL's division record behind the hard-set columns.
 _HARD_SET_KEYS = {
     "hard_clean": "n_hard_clean",
@@ -95,7 +107,10 @@ _HARD_SET_KEYS = {
     "hard_noisy_share": "clean_share_hard_noisy",
 }
 # Averaged by mean_row; the others are labels (kept where every run agrees).
-_MEAN_KEYS = ("rsum", "i2t_r1", "t2i_r1", "noisy_f1", *_HARD_SET_KEYS, "weight_auc", "wall_s")
+_MEAN_KEYS = (
+    "rsum", "i2t_r1", "t2i_r1", "noisy_f1", *_HARD_SET_KEYS, "weight_auc", "wall_s",
+    "s_per_epoch", "cost_ratio",
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- reading
@@ -189,9 +204,11 @@ def summarize_run(
     seed = setup.get("seed", config.get("train", {}).get("seed"))
     # CPU threads the run used (older runs without it in their setup record: the config's).
     threads = setup.get("threads", config.get("train", {}).get("threads"))
+    wall, epochs = wall_seconds(records), epochs_trained(records)
     return {
         "run": name,
         "method": config.get("method", {}).get("name"),
+        "variant": config.get("method", {}).get("name"),  # a grid names its variants
         "backbone": config.get("model", {}).get("backbone"),
         "dataset": config.get("data", {}).get("name"),
         "noise_ratio": _noise_ratio(config, setup),
@@ -202,8 +219,16 @@ def summarize_run(
         "t2i_r1": test.get("t2i/R@1"),
         "best_epoch": test.get("epoch"),
         **detection_summary(records),
-        "wall_s": wall_seconds(records),
+        "wall_s": wall,
+        "s_per_epoch": wall / epochs if wall is not None and epochs else None,
+        "cost_ratio": None,  # filled by add_cost_ratio over a whole table
+        "noise_sha256": (setup.get("noise_sha256") or "")[:SHA_CHARS] or None,
     }
+
+
+def epochs_trained(records: Sequence[dict[str, Any]]) -> int:
+    """Distinct epochs with a ``train`` record (warm-up epochs included)."""
+    return len({r.get("epoch") for r in records if r.get("event") == "train"})
 
 
 def run_labels(run_dirs: Sequence[str | Path]) -> list[str]:
@@ -247,6 +272,55 @@ def read_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
     return summarize_run(name or run_dir.name, config, records)
 
 
+# ---------------------------------------------------------------------------- checking
+def check_same_noise(rows: Sequence[dict[str, Any]]) -> None:
+    """Refuse rows of one noise ratio and seed trained on different noise files.
+
+    A comparison is only fair on one split: every run of one (noise ratio, seed) must carry
+    the same noise sha256 (its ``setup`` record). Rows without a hash (runs older than the
+    record field) are not checked.
+
+    Raises:
+        CompareError: naming each file's short hash and the runs trained on it.
+    """
+    groups: dict[tuple[Any, Any], dict[str, list[str]]] = {}
+    for row in rows:
+        sha = row.get("noise_sha256")
+        if sha and not str(row.get("seed", "")).startswith("mean"):
+            key = (row.get("noise_ratio"), row.get("seed"))
+            groups.setdefault(key, {}).setdefault(sha, []).append(str(row.get("run")))
+    for (ratio, seed), files in groups.items():
+        if len(files) > 1:
+            which = "; ".join(f"{sha}: {', '.join(runs)}" for sha, runs in files.items())
+            raise CompareError(
+                f"runs of noise {ratio} and seed {seed} were trained on different noise files "
+                f"({which}); a comparison needs one split: retrain the odd runs with the same "
+                "data.noise_file (or data.noise_ratio, data.noise_seed and data.train_images), "
+                "or leave them out"
+            )
+
+
+def add_cost_ratio(rows: Sequence[dict[str, Any]]) -> None:
+    """Fill ``cost_ratio``: each row's seconds per epoch over the mean of its backbone's plain
+    baseline (:data:`PLAIN_BASELINE`, matched on ``variant``) among ``rows`` (None where that
+    baseline is absent)."""
+    base: dict[str, list[float]] = {}
+    for row in rows:
+        plain = PLAIN_BASELINE.get(str(row.get("backbone")))
+        is_mean = str(row.get("seed", "")).startswith("mean")
+        if (
+            plain
+            and row.get("method") == plain
+            and row.get("s_per_epoch") is not None
+            and not is_mean
+        ):
+            base.setdefault(str(row["backbone"]), []).append(float(row["s_per_epoch"]))
+    for row in rows:
+        times = base.get(str(row.get("backbone")))
+        if times and row.get("s_per_epoch") is not None:
+            row["cost_ratio"] = float(row["s_per_epoch"]) / (sum(times) / len(times))
+
+
 # ---------------------------------------------------------------------------- aggregating
 def mean_row(rows: Sequence[dict[str, Any]], label: str) -> dict[str, Any]:
     """The mean of ``rows`` (e.g. one config over seeds) as a row named ``label``.
@@ -256,7 +330,8 @@ def mean_row(rows: Sequence[dict[str, Any]], label: str) -> dict[str, Any]:
     """
     out: dict[str, Any] = {c.key: None for c in COLUMNS}
     out["run"] = label
-    for key in ("method", "backbone", "dataset", "noise_ratio", "threads"):
+    for key in ("method", "variant", "backbone", "dataset", "noise_ratio", "threads",
+                "noise_sha256"):  # fmt: skip
         values = {r.get(key) for r in rows}
         out[key] = values.pop() if len(values) == 1 else None
     for key in _MEAN_KEYS:
@@ -329,6 +404,20 @@ def train_or_resume(
     Raises:
         ConfigError: unknown config or key, or ``overrides`` that contradict an existing run.
     """
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _train_or_resume(config_name, seed, out_dir, overrides)
+    finally:
+        # train.threads is process-wide: without this a grid's next run inherits it, so its
+        # thread count (and its CPU numbers) would depend on the order of --cfg.
+        torch.set_num_threads(threads)
+
+
+def _train_or_resume(
+    config_name: str, seed: int, out_dir: str | Path, overrides: Sequence[str]
+) -> tuple[Path, str]:
     from ugncl.framework.config import ConfigError, load_config
     from ugncl.framework.training import load_resume_config, train
 

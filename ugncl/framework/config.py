@@ -47,7 +47,13 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 BASE_KEY = "_base_"
 DEFAULT_BASE = CONFIG_DIR / "base.yaml"
 # Path-valued keys resolved against the working directory at load time.
-PATH_KEYS = ("data.root", "data.vocab", "data.noise_file", "data.estimator.root")
+PATH_KEYS = (
+    "data.root",
+    "data.vocab",
+    "data.noise_file",
+    "data.estimator.root",
+    "model.sgraf.init",
+)
 # Keys holding a path or a word (``random``, a hub tag to refuse): resolved only when the value
 # looks like a path (a ``/``, a suffix or ``~``).
 PATH_OR_WORD_KEYS = ("model.clip.pretrained",)

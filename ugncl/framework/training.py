@@ -29,6 +29,7 @@ from ugncl.framework.build import (
     build_method,
     build_model,
     build_optimizer_and_schedule,
+    check_method_backbone,
     open_run_data,
 )
 from ugncl.framework.config import Config, ConfigError, load_config
@@ -186,6 +187,7 @@ def _train(
     # Open and check everything before the run directory exists.
     data = open_run_data(config)
     model = build_model(config, data)  # a raw-image source takes its transforms from the model
+    check_method_backbone(config, model)  # a method that cannot be meaningful here: refused
     if dist_env.enabled:  # the same initial weights everywhere; dropout masks differ by rank
         torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
     test_split = data.open_test() if config.eval.test_after_training else None

@@ -99,6 +99,12 @@ class Method(nn.Module):
         pairs opens and checks it here, so a bad setting fails before anything is written
         (OSA: ``data.estimator``, the same pairs in its estimator's input format)."""
 
+    def backbone_error(self, model: nn.Module) -> str | None:
+        """Why this method (with its options) cannot be meaningful on ``model``'s backbone,
+        as one sentence naming the fix, or None. Checked before the run folder appears
+        (:func:`ugncl.framework.build.check_method_backbone`); ``model`` is freshly built."""
+        return None
+
     def prepare(self, model: nn.Module, num_samples: int) -> None:
         """Create submodules and buffers in their final shapes (a frozen copy of ``model``,
         per-sample arrays of length ``num_samples``), so the optimiser can include them and a

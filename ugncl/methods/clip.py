@@ -37,6 +37,20 @@ class CLIPMethod(Method):
     def __init__(self, *, eval_score: str = "raw") -> None:
         super().__init__(eval_score=eval_score)
 
+    def backbone_error(self, model: nn.Module) -> str | None:
+        # InfoNCE needs one score per pair. On SGRAF (W = 1) it reads the similarity head's
+        # logit at temperature 1 (the head's last layer sets the scale): not CLIP's tuned
+        # recipe, but exactly the unweighted loss NPC and SDD re-weight there, so it is their
+        # control on that backbone (the plain SGRAF baseline stays the hinge, ``triplet``).
+        views = int(getattr(model, "num_views", 1))
+        if views != 1:
+            return (
+                f"method {self.name} trains InfoNCE on one score per pair, but the "
+                f"{model.backbone} model scores {views} views; set model.{model.backbone}."
+                "num_views=1"
+            )
+        return None
+
     def per_sample_loss(self, model: nn.Module, batch: PairBatch) -> Tensor:
         """(K,) symmetric InfoNCE of each pair of ``batch`` against its batch mates (float32);
         gradients flow into ``model``."""
@@ -46,4 +60,7 @@ class CLIPMethod(Method):
         self, model: nn.Module, batch: PairBatch, step: StepContext
     ) -> dict[str, Tensor]:
         per = self.per_sample_loss(model, batch)
-        return {"loss": per.mean(), "logit_scale": model.logit_scale.detach().exp()}
+        out = {"loss": per.mean()}
+        if getattr(model, "logit_scale", None) is not None:  # CLIP; SGRAF has no temperature
+            out["logit_scale"] = model.logit_scale.detach().exp()
+        return out

@@ -38,7 +38,11 @@ def weight_quality(weights: np.ndarray | Tensor, clean: np.ndarray | Tensor) -> 
         clean: ``(N,)`` bool ground truth.
 
     Returns:
-        ``weight_auc``, ``weight_mean_clean``, ``weight_mean_noisy`` (float or None).
+        ``weight_auc``, ``weight_mean_clean``, ``weight_mean_noisy`` (float or None), and
+        the per-epoch weight histograms of the truly clean and the truly noisy pairs
+        (``weight_hist_edges``: :data:`HIST_BINS` + 1 edges over the weights' range;
+        ``weight_hist_clean`` / ``weight_hist_noisy``: counts), the small dump the
+        comparison report draws its clean-vs-noisy histograms from.
     """
     w = _np(weights).astype(np.float64).reshape(-1)
     c = _np(clean).astype(bool).reshape(-1)
@@ -51,6 +55,24 @@ def weight_quality(weights: np.ndarray | Tensor, clean: np.ndarray | Tensor) -> 
         "weight_auc": float(roc_auc_score(c, w)) if both else None,
         "weight_mean_clean": float(w[c].mean()) if c.any() else None,
         "weight_mean_noisy": float(w[~c].mean()) if (~c).any() else None,
+        **weight_histograms(w, c),
+    }
+
+
+HIST_BINS = 20
+
+
+def weight_histograms(w: np.ndarray, clean: np.ndarray) -> dict[str, Any]:
+    """Counts of ``w`` (N,) in :data:`HIST_BINS` equal bins over its range, clean and noisy
+    pairs apart (empty lists when no weight is finite)."""
+    if w.size == 0:
+        return {"weight_hist_edges": [], "weight_hist_clean": [], "weight_hist_noisy": []}
+    lo, hi = float(w.min()), float(w.max())
+    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, HIST_BINS + 1)
+    return {
+        "weight_hist_edges": [float(e) for e in edges],
+        "weight_hist_clean": [int(n) for n in np.histogram(w[clean], edges)[0]],
+        "weight_hist_noisy": [int(n) for n in np.histogram(w[~clean], edges)[0]],
     }
 
 

@@ -20,6 +20,24 @@ class TripletConfig:
     max_violation: bool = True
 
 
+def sigmoid_hinge_error(what: str, model: nn.Module) -> str | None:
+    """Refuse SGRAF's sigmoid hinge on a logit-scaled cosine (CLIP): the sigmoid saturates.
+
+    The hinge reads ``sigmoid(raw)`` with margin 0.2 on that [0, 1] scale. CLIP's raw score is
+    ``logit_scale x cosine`` (x 100 for the released weights, x 14 at init): at x 100 every
+    cosine above 0.05 scores sigmoid > 0.99, so positives and hard negatives both sit at ~1
+    and the hinge has almost no gradient: a broken run, not a baseline.
+    """
+    if getattr(model, "logit_scale", None) is None:
+        return None
+    return (
+        f"{what} is SGRAF's hinge on sigmoid(raw); the {model.backbone} backbone's raw score "
+        "is logit_scale x cosine, where the sigmoid saturates (x 100: every cosine above 0.05 "
+        "scores > 0.99): on it use "
+        "method.name=clip (its plain baseline)"
+    )
+
+
 class TripletMethod(Method):
     """Hinge loss on sigmoid scores with the hardest in-batch negative (SGRAF's ContrastiveLoss).
 
@@ -35,6 +53,9 @@ class TripletMethod(Method):
         super().__init__(eval_score=eval_score)
         self.margin = margin
         self.max_violation = max_violation
+
+    def backbone_error(self, model: nn.Module) -> str | None:
+        return sigmoid_hinge_error("method triplet", model)
 
     def training_step(
         self, model: nn.Module, batch: PairBatch, ctx: StepContext

@@ -48,3 +48,11 @@ def test_prefix_and_visited():
     assert selection_sets(np.array([True]), selects="noisy").tolist() == [NOISY]
     with pytest.raises(ValueError):
         selection_sets(np.array([True]), selects="drop")
+
+
+def test_weight_histograms_split_clean_and_noisy():
+    q = weight_quality(np.array([0.9, 0.4, 0.5, 0.1, np.nan]), np.array([1, 0, 1, 0, 1], bool))
+    edges = q["weight_hist_edges"]
+    assert len(edges) == 21 and edges[0] == pytest.approx(0.1) and edges[-1] == pytest.approx(0.9)
+    assert sum(q["weight_hist_clean"]) == 2 and sum(q["weight_hist_noisy"]) == 2
+    assert q["weight_hist_noisy"][0] == 1 and q["weight_hist_clean"][-1] == 1

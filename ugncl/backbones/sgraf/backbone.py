@@ -61,6 +61,11 @@ class SGRAFConfig:
     # up to float rounding. The paper configs keep null: on a GPU one large block should be
     # faster (not measured; no GPU was lent when this was added).
     block_captions: int | None = None
+    # A training checkpoint of an SGRAF of these sizes to start from (null: random init).
+    # SGRAF has no pretraining; the methods that read the starting model's scores (NPC's
+    # memory bank, SDD's clean set, OSA's frozen copy) need a warm start, as CLIP's weights
+    # are for them on the CLIP track: e.g. a triplet warm-up run on the same split.
+    init: str | None = None
 
 
 def open_sgraf_data(config: Any) -> PrecomputedRunData:
@@ -78,7 +83,7 @@ def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
             f"dims but the model expects model.sgraf.num_regions={config.num_regions}, "
             f"model.sgraf.img_dim={config.img_dim}; set them to {regions} and {dim}"
         )
-    return SGRAF(
+    model = SGRAF(
         len(data.vocab),
         word_dim=config.word_dim,
         img_dim=config.img_dim,
@@ -92,6 +97,40 @@ def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
         word_dropout=config.word_dropout,
         block_captions=config.block_captions,
     )
+    # Where the weights come from (None: random init); methods that read the starting
+    # model's scores refuse a random one (untrained_start_error).
+    model.init_from = None
+    if config.init:
+        load_init(model, config.init)
+    return model
+
+
+def load_init(model: SGRAF, path: str) -> None:
+    """Load the weights of the SGRAF checkpoint ``path`` into ``model`` (same sizes and
+    vocabulary); marks ``model.init_from``. Errors name the file and what differs."""
+    from ugncl.framework.engine.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        state = load_checkpoint(path, map_location="cpu")
+    except CheckpointError as err:
+        raise ConfigError(f"model.sgraf.init: {err}") from None
+    backbone = state.get("backbone") or "sgraf"
+    if backbone != "sgraf":
+        raise ConfigError(
+            f"model.sgraf.init={path} is a {backbone} checkpoint; it needs an SGRAF one"
+        )
+    theirs = dict(state.get("model_config") or {})
+    free = ("block_captions", "word_dropout")  # neither changes a weight's shape or meaning
+    keys = (set(theirs) | set(model.config)) - set(free)
+    differ = sorted(k for k in keys if theirs.get(k) != model.config.get(k))
+    if differ:
+        pairs = ", ".join(f"{k} {theirs.get(k)} vs {model.config.get(k)}" for k in differ)
+        raise ConfigError(
+            f"model.sgraf.init={path} is an SGRAF of other sizes or vocabulary ({pairs}); "
+            "set model.sgraf.* as its run had them"
+        )
+    model.load_state_dict(state["model"])
+    model.init_from = str(path)
 
 
 def sgraf_from_config(model_config: dict[str, Any]) -> SGRAF:

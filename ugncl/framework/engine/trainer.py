@@ -475,5 +475,7 @@ def _is_scalar(value: Any) -> bool:
 def _format(values: dict[str, Any]) -> str:
     parts = []
     for key, value in values.items():
+        if isinstance(value, (list, tuple)):  # e.g. weight histograms: metrics.jsonl only
+            continue
         parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
     return " ".join(parts)

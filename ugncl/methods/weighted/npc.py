@@ -36,7 +36,7 @@ from ugncl.methods.weighted.memory_bank import (
     gmm_clean_set,
     plan_bank_pairs,
 )
-from ugncl.methods.weighted.passes import pair_fetcher, scan_training_set
+from ugncl.methods.weighted.passes import pair_fetcher, scan_training_set, untrained_start_error
 from ugncl.methods.weighted.siamese import OneStepLosses, SiameseCopy, draws_random_numbers
 from ugncl.methods.weighted.weights import significance_weight
 
@@ -100,6 +100,21 @@ class BankView:
 
 def _rows(rows: np.ndarray, like: Tensor) -> Tensor:
     return torch.as_tensor(rows, dtype=torch.long, device=like.device)
+
+
+def _image_axis(model: nn.Module) -> int:
+    """The axis of ``encode_images``' output that indexes images (SGRAF stacks views first)."""
+    return int(getattr(model, "image_axis", 0))
+
+
+def cat_rows(a: Tensor, b: Tensor) -> Tensor:
+    """Row-concatenate caption embeddings; token-level ``(n, L, E)`` ones (SGRAF) of different
+    ``L`` are zero-padded to the longer (zero beyond a caption's length, as the encoder)."""
+    if a.dim() == 3 and a.shape[1] != b.shape[1]:
+        width = max(a.shape[1], b.shape[1])
+        a = torch.nn.functional.pad(a, (0, 0, 0, width - a.shape[1]))
+        b = torch.nn.functional.pad(b, (0, 0, 0, width - b.shape[1]))
+    return torch.cat([a, b])
 
 
 def cat_tokens(a: Tensor, b: Tensor) -> Tensor:
@@ -176,9 +191,9 @@ class BankSiamese(nn.Module):
             if view.extra is not None:
                 if plan.extra_image_rows.size:
                     new = view.extra.images[_rows(plan.extra_image_rows, view.extra.images)]
-                    img = torch.cat([img, model.encode_images(new)])
+                    img = torch.cat([img, model.encode_images(new)], dim=_image_axis(model))
                 extra_cap = model.encode_captions(view.extra.captions, view.extra.lengths)
-                cap = torch.cat([cap, extra_cap])
+                cap = cat_rows(cap, extra_cap)
             img_rows, cap_rows = plan.img_rows, plan.cap_rows
         else:  # encode only the rows the bank pairs use
             images, captions, lengths = view.sources()
@@ -195,7 +210,8 @@ class BankSiamese(nn.Module):
         for side in range(len(plan.bank_ids)):
             i, c = _rows(img_rows[side], img), _rows(cap_rows[side], cap)
             side_lengths = lengths[_rows(plan.cap_rows[side], lengths)]
-            out.append(info_nce_per_sample(model.score(img[i], cap[c], side_lengths)))
+            img_side = img.index_select(_image_axis(model), i)
+            out.append(info_nce_per_sample(model.score(img_side, cap[c], side_lengths)))
         return tuple(out)
 
     def encode_batch(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -360,6 +376,9 @@ class NPCMethod(CLIPMethod):
         )  # fmt: skip
         self._clean: np.ndarray | None = None
         self._last: dict[str, float] = {}
+
+    def backbone_error(self, model: nn.Module) -> str | None:
+        return super().backbone_error(model) or untrained_start_error("npc's memory bank", model)
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, ctx: Any) -> dict[str, Any]:

@@ -38,9 +38,10 @@ from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record
+from ugncl.methods.triplet import sigmoid_hinge_error
 from ugncl.methods.ugncl.losses import _hinge_costs
 from ugncl.methods.weighted.memory_bank import index_digest
-from ugncl.methods.weighted.passes import logit_scale_of, scan_training_set
+from ugncl.methods.weighted.passes import logit_scale_of, scan_training_set, untrained_start_error
 from ugncl.methods.weighted.weights import osa_weights
 
 logger = logging.getLogger(__name__)
@@ -172,6 +173,21 @@ class OSAMethod(CLIPMethod):
         self.scale: float | None = None
         self._clean: np.ndarray | None = None
         self._last: dict[str, float] = {}
+
+    def backbone_error(self, model: nn.Module) -> str | None:
+        if self.objective == "triplet":
+            error = sigmoid_hinge_error("method.osa.objective=triplet", model)
+        else:
+            error = super().backbone_error(model)
+        if error is None and self.estimator_path is None:  # the estimator: a frozen copy
+            error = untrained_start_error("osa's default estimator (a frozen copy)", model)
+            no_scale = getattr(model, "logit_scale", None) is None and self.logit_scale is None
+            if error is None and no_scale:
+                error = (
+                    f"osa's frozen copy of the {model.backbone} model has no logit scale to "
+                    "read; set method.osa.logit_scale (1.0: its raw score is a logit)"
+                )
+        return error
 
     # ------------------------------------------------------------------ estimator
     def build_estimator(self, model: nn.Module) -> nn.Module:

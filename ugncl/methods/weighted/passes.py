@@ -21,7 +21,14 @@ from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample
 from ugncl.methods.weighted.memory_bank import EmbeddingTable
 from ugncl.methods.weighted.weights import SpaceShift
 
-__all__ = ["ScanResult", "logit_scale_of", "pair_fetcher", "scan_training_set"]
+__all__ = [
+    "ScanResult",
+    "logit_scale_of",
+    "pair_fetcher",
+    "pooled_embeddings",
+    "scan_training_set",
+    "untrained_start_error",
+]
 
 
 @dataclass
@@ -91,8 +98,9 @@ def scan_training_set(
             image_index[idx.numpy()] = batch.image_index.cpu().numpy()
             shift.add(s, batch.image_index)
             if embeddings:
-                img_tab.add(idx, img.reshape(img.shape[0], -1))
-                cap_tab.add(idx, cap.reshape(cap.shape[0], -1))
+                pooled_img, pooled_cap = pooled_embeddings(model, img, cap, batch.lengths)
+                img_tab.add(idx, pooled_img)
+                cap_tab.add(idx, pooled_cap)
     # Several processes: each rank visited its share of the batches; every rank now gets the
     # whole-set arrays (identical on all ranks, the one-process values).
     seen = image_index >= 0
@@ -150,3 +158,45 @@ def logit_scale_of(model: nn.Module, fallback: float | None = None) -> float:
             "logit_scale in the config"
         )
     return float(fallback)
+
+
+def pooled_embeddings(
+    model: nn.Module, img: Tensor, cap: Tensor, lengths: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One vector per image and per caption for the memory bank's nearest-neighbour search.
+
+    CLIP's embeddings are already ``(K, E)``. Set-valued encoders (SGRAF: images
+    ``(W, K, R, E)`` on ``model.image_axis``, captions ``(K, L, E)`` zero beyond each length,
+    ``L`` the batch's longest) are mean-pooled over views and regions / over each caption's
+    words, so every batch gives rows of one width (the bank compares images with images and
+    captions with captions only, by cosine, so a pooled vector is all it needs).
+    """
+    axis = int(getattr(model, "image_axis", 0))
+    img = img.movedim(axis, 0)
+    if img.dim() > 2:
+        img = img.reshape(img.shape[0], -1, img.shape[-1]).mean(1)
+    if cap.dim() > 2:
+        n = lengths.to(cap.device).clamp_min(1).to(cap.dtype).reshape(-1, 1)
+        cap = cap.reshape(cap.shape[0], -1, cap.shape[-1]).sum(1) / n
+    return img, cap
+
+
+def untrained_start_error(what: str, model: nn.Module) -> str | None:
+    """Refuse a method that reads the starting model's scores on a randomly initialised one.
+
+    NPC's memory bank, SDD's clean set and OSA's default estimator (a frozen copy) are built
+    once from the starting model: the papers start from pretrained CLIP. A backbone without
+    pretraining says where its weights came from in ``init_from`` (SGRAF's builder: the
+    ``model.sgraf.init`` checkpoint, or None for random init, where its scores rank at chance
+    and the bank would be random). A model without the attribute (CLIP, always loaded from
+    ``model.clip.pretrained``) is taken as it is.
+    """
+    if not hasattr(model, "init_from") or model.init_from:
+        return None
+    backbone = getattr(model, "backbone", "?")
+    return (
+        f"{what} is built from the starting model's scores, but this {backbone} model starts "
+        f"from random weights (chance-level scores); set model.{backbone}.init to a "
+        f"checkpoint of the same {backbone} (e.g. a run of method.name=triplet with "
+        "train.epochs=0 train.warmup_epochs=2 on the same split)"
+    )

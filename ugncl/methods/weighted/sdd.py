@@ -33,7 +33,7 @@ from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.weighted.memory_bank import MemoryBank, build_memory_bank
 from ugncl.methods.weighted.npc import BANK_STREAM, BankSiamese
-from ugncl.methods.weighted.passes import scan_training_set
+from ugncl.methods.weighted.passes import scan_training_set, untrained_start_error
 from ugncl.methods.weighted.weights import (
     auto_sdd_thresholds,
     bank_clean_mask,
@@ -133,6 +133,11 @@ class SDDMethod(CLIPMethod):
 
     def _batch_size(self, ctx: Any) -> int:
         return self.pass_batch_size or getattr(ctx, "batch_size", 256)
+
+    def backbone_error(self, model: nn.Module) -> str | None:
+        return super().backbone_error(model) or untrained_start_error(
+            "sdd's memory bank and thresholds", model
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, ctx: Any) -> dict[str, Any]:

@@ -1,0 +1,172 @@
+"""The comparison report from small fixture runs: one noise file per (ratio, seed) or a refusal
+by name, the cost ratio to each backbone's plain baseline, the report folder and its plots, the
+glob that catches the report's own files, the plan's cells and resumption, and no thread-count
+leak between the in-process grid's runs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ugncl.framework.compare import CompareError, check_same_noise
+from ugncl.framework.compare_grid import Cell, _command, cell_state, default_plan
+from ugncl.framework.compare_report import PLOTS, write_report
+
+SHA_A, SHA_B = "a" * 64, "b" * 64
+
+
+def write_run(root: Path, name: str, config: dict, records: list[dict]) -> Path:
+    """A run directory as tools/train.py leaves it (only what compare reads)."""
+    import yaml
+
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    (run / "metrics.jsonl").write_text(lines, encoding="utf-8")
+    return run
+
+
+def _config(method: str, backbone: str, ratio: float, seed: int) -> dict:
+    data = {"name": "synthetic_precomp", "noise_ratio": ratio, "noise_file": None}
+    return {"data": data, "model": {"backbone": backbone}, "method": {"name": method},
+            "train": {"seed": seed}}  # fmt: skip
+
+
+def _records(seed: int, sha: str, rsum: float, epochs: int, per_epoch: float, method: str):
+    out = [{"event": "setup", "seed": seed, "threads": 1, "n_train_captions": 100,
+            "n_noisy": 50, "noise_sha256": sha, "time": 0.0}]  # fmt: skip
+    for e in range(epochs):
+        out.append({"event": "train", "epoch": e, "loss": 1.0, "time": per_epoch * e + 1})
+        if method == "ugncl":
+            out.append({"event": "division", "epoch": e, "noisy_f1": 0.5 + 0.1 * e,
+                        "n_clean": 40, "clean_share_clean": 0.9, "n_noisy": 60,
+                        "clean_share_noisy": 0.2, "time": per_epoch * e + 2})  # fmt: skip
+        elif method == "npc":
+            out.append({"event": "noise_detection", "epoch": e, "weight_auc": 0.6 + 0.1 * e,
+                        "weight_hist_edges": [0.0, 0.5, 1.0], "weight_hist_clean": [5, 45],
+                        "weight_hist_noisy": [40, 10], "time": per_epoch * e + 2})  # fmt: skip
+        out.append({"event": "val", "epoch": e, "rsum": rsum, "time": per_epoch * (e + 1)})
+    out.append({"event": "test", "epoch": epochs - 1, "step": 9, "split": "test", "rsum": rsum,
+                "i2t/R@1": 1.0, "t2i/R@1": 1.0, "time": per_epoch * epochs})  # fmt: skip
+    return out
+
+
+@pytest.fixture
+def fixture_runs(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    """SGRAF triplet (plain), UGNCL and NPC runs at 50% noise over two seeds, and triplet at 0%
+    on another file (other ratio: allowed)."""
+    root = tmp_path / "compare"
+    runs = {}
+    for seed in (0, 1):
+        for method, rsum, per_epoch in (("triplet", 100.0, 10.0), ("ugncl", 150.0, 20.0),
+                                        ("npc", 130.0, 30.0)):  # fmt: skip
+            name = f"sgraf-{method}-n50-s{seed}"
+            records = _records(seed, SHA_A, rsum + seed, 2, per_epoch, method)
+            runs[name] = write_run(root, name, _config(method, "sgraf", 0.5, seed), records)
+    runs["sgraf-triplet-n00-s0"] = write_run(
+        root, "sgraf-triplet-n00-s0", _config("triplet", "sgraf", 0.0, 0),
+        _records(0, SHA_B, 300.0, 2, 10.0, "triplet"),
+    )  # fmt: skip
+    return root, runs
+
+
+def test_report_from_fixture_runs(fixture_runs, tool, capsys) -> None:
+    root, runs = fixture_runs
+    from ugncl.framework.compare import read_run
+
+    rows = [read_run(p) for p in runs.values()]
+    records = {r["run"]: [json.loads(x) for x in (root / r["run"] / "metrics.jsonl").read_text()
+                          .splitlines()] for r in rows}  # fmt: skip
+    paths = write_report(root, rows, records, title="t")
+    assert {p.name for p in paths} == {"compare.md", "compare.csv", "compare.json", *PLOTS}
+    for plot in PLOTS:
+        assert (root / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((root / "compare.json").read_text())
+    ugncl = next(g for g in data["groups"] if g["variant"] == "ugncl")
+    assert (ugncl["seeds"], ugncl["rsum_mean"]) == (2, 150.5)
+    assert ugncl["rsum_std"] == pytest.approx(0.7071, abs=1e-3)
+    assert ugncl["cost_ratio"] == pytest.approx(2.0)  # 20 s/epoch over triplet's 10
+    md = (root / "compare.md").read_text()
+    assert "150.5 ± 0.7" in md and SHA_A[:12] in md and "rsum_vs_noise.png" in md
+
+    # the documented glob catches compare.md and the plots: files are skipped
+    capsys.readouterr()
+    assert tool("compare").main([*map(str, sorted(root.iterdir())), "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    table = list(csv.DictReader(io.StringIO(out)))
+    assert len(table) == 7 and "skipping" in err and "compare.md" in err
+    assert {r["noise_sha256"] for r in table} == {SHA_A[:12], SHA_B[:12]}
+
+
+def test_a_run_on_another_noise_file_is_refused_by_name(fixture_runs, tool, capsys) -> None:
+    root, runs = fixture_runs
+    odd = write_run(root, "clip-npc-n50-s1", _config("npc", "clip", 0.5, 1),
+                    _records(1, SHA_B, 90.0, 2, 5.0, "npc"))  # fmt: skip
+    assert tool("compare").main([*map(str, runs.values()), str(odd)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert "noise 0.5 and seed 1" in err[0] and "clip-npc-n50-s1" in err[0]
+    assert SHA_B[:12] in err[0] and "sgraf-ugncl-n50-s1" in err[0]
+    with pytest.raises(CompareError):
+        check_same_noise([{"run": r, "noise_ratio": 0.2, "seed": 0, "noise_sha256": r}
+                          for r in ("x", "y")])  # fmt: skip
+
+
+def test_default_plan_one_noise_setting_per_ratio_and_warm_starts() -> None:
+    cells = default_plan("W", "w.pt")
+    names = [c.name for c in cells]
+    assert len(names) == len(set(names))
+    for cell in cells:  # one noise file per ratio: the same ratio and noise seed everywhere
+        assert f"data.noise_ratio={cell.noise_ratio}" in cell.overrides
+        assert "data.noise_seed=0" in cell.overrides and "train.threads=1" in cell.overrides
+        # both tracks on the same images: a noise index built for another subset differs
+        assert [s for s in cell.overrides if s.startswith("data.train_images=")] == [
+            "data.train_images=500"
+        ]
+    zero = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.0}
+    assert zero == {("sgraf", "triplet"), ("clip", "clip")}
+    noisy = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.5 and c.report}
+    sgraf = ("triplet", "hinge_all", "ugncl", "osa", "npc", "sdd")
+    clip = ("clip", "npc", "sdd", "osa", "ugncl")
+    assert noisy == {("sgraf", m) for m in sgraf} | {("clip", m) for m in clip}
+    npc = next(c for c in cells if c.name == "sgraf-npc-n20-s1")
+    assert npc.start_from == "sgraf-warmup-n20-s1"
+
+
+def test_plan_resumes_a_partial_cell_and_reuses_a_done_one(fixture_runs, tmp_path) -> None:
+    root, _ = fixture_runs
+    done = Cell("sgraf-ugncl-n50-s0", "ugncl", "sgraf", "ugncl_synthetic", (), 0.5, 0)
+    partial_dir = write_run(root, "sgraf-sdd-n50-s0", _config("sdd", "sgraf", 0.5, 0),
+                            [{"event": "setup", "time": 0.0}])  # fmt: skip
+    partial = Cell(partial_dir.name, "sdd", "sgraf", "triplet_synthetic",
+                   ("model.sgraf.init=@start_from@",), 0.5, 0, start_from="warm")  # fmt: skip
+    new = Cell("new", "npc", "sgraf", "triplet_synthetic", ("model.sgraf.init=@start_from@",),
+               0.5, 0, start_from="warm")  # fmt: skip
+    assert [cell_state(root, c) for c in (done, partial, new)] == ["done", "partial", "new"]
+    assert _command(root, partial, "py")[2:] == ["--resume", str(partial_dir)]
+    cmd = _command(root, new, "py")
+    assert f"model.sgraf.init={root / 'warm' / 'checkpoints' / 'last.pt'}" in cmd
+    assert cmd[-2:] == [f"run.out_dir={root}", "run.name=new"]
+
+
+def test_grid_run_leaves_the_thread_count_as_it_found_it(tool, tiny_world, tiny_model, tmp_path):
+    """train.threads is process-wide: the in-process grid restores it after each run, so a
+    grid's thread count does not depend on the order of --cfg."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        args = ["--cfg", "triplet_synthetic", "--out", str(tmp_path), "--set",
+                f"data.root={tiny_world}", *tiny_model, "data.dev_images=12",
+                "data.train_images=null", "train.epochs=1", "train.warmup_epochs=0",
+                "train.batch_size=24", "train.eval_batch_size=12", "train.threads=1",
+                "model.sgraf.num_views=1"]  # fmt: skip
+        assert tool("compare").main(args) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
