@@ -48,7 +48,11 @@ GMM_STREAM = 3  # RNG stream of the per-epoch similarity pass
 class SDDConfig:
     """SDD (``method.sdd``); thresholds on the model's logit-scaled scale."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"thresholds": ("fixed", "auto")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "thresholds": ("fixed", "auto"),
+        "ratio_grouping": ("direction", "bank"),
+        "image_neighbour": ("image_itself", "other_image"),
+    }
 
     alpha: float = 20.0  # self-drop: sim <= alpha (release, x100 scale)
     beta: float = 30.0  # bank clean set: sim > beta (release)
@@ -59,6 +63,8 @@ class SDDConfig:
     gmm_tol: float = 1e-2
     gmm_reg_covar: float = 5e-4
     pass_batch_size: int | None = 512
+    ratio_grouping: str = "direction"  # bank = release (main_SDD_sim.py:230)
+    image_neighbour: str = "image_itself"  # other_image: exclude every pair of the query image
     siamese_lr: float | None = None
     siamese_reset_state: bool = False
     siamese_beta1: float = 0.9
@@ -79,7 +85,8 @@ class SDDMethod(CLIPMethod):
         auto_alpha_std, auto_beta_std: offsets of the auto mode, in standard deviations.
         gmm_max_iter, gmm_tol, gmm_reg_covar: the per-epoch GMM (release: 10, 1e-2, 5e-4).
         pass_batch_size: batch size of the bank and per-epoch passes (release 512).
-        siamese_*: see :class:`ugncl.methods.weighted.npc.NPCMethod`.
+        ratio_grouping, image_neighbour, siamese_*: see
+            :class:`ugncl.methods.weighted.npc.NPCMethod` (SDD Eq. 9-10 group by direction).
         bank_file: file name in the run directory (reused on resume).
     """
 
@@ -98,6 +105,8 @@ class SDDMethod(CLIPMethod):
         gmm_tol: float = 1e-2,
         gmm_reg_covar: float = 5e-4,
         pass_batch_size: int | None = 512,
+        ratio_grouping: str = "direction",
+        image_neighbour: str = "image_itself",
         siamese_lr: float | None = None,
         siamese_reset_state: bool = False,
         siamese_beta1: float = 0.9,
@@ -116,9 +125,11 @@ class SDDMethod(CLIPMethod):
         self.gmm = dict(max_iter=gmm_max_iter, tol=gmm_tol, reg_covar=gmm_reg_covar)
         self.pass_batch_size = pass_batch_size
         self.bank_file = bank_file
+        self.image_neighbour = image_neighbour
         self.core = BankSiamese(
             siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
             betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
+            grouping=ratio_grouping,
         )  # fmt: skip
         self._clean: np.ndarray | None = None
         self.consistency: np.ndarray | None = None  # (N,) this epoch's GMM weight
@@ -159,7 +170,7 @@ class SDDMethod(CLIPMethod):
             clean = bank_clean_mask(scan.diag, self.beta)
             bank = build_memory_bank(
                 clean, scan.image_emb, scan.caption_emb, scan.image_index, scan.diag,
-                device=ctx.device,
+                device=ctx.device, image_neighbour=self.image_neighbour,
             )  # fmt: skip
             bank.save(path)
             self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
