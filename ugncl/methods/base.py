@@ -63,6 +63,11 @@ class Method(nn.Module):
         """Optional pass before epoch ``epoch``; fields returned go into an ``epoch_record``."""
         return None
 
+    def on_epoch_end(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
+        """After epoch ``epoch``'s last step (before validation); fields returned go into an
+        ``epoch_record`` (e.g. the weights the epoch's steps applied)."""
+        return None
+
     def epoch_samples(self, ctx: MethodContext, epoch: int) -> np.ndarray | None:
         """Sample indices epoch ``epoch`` visits (in the epoch's seeded order); None = all."""
         return None

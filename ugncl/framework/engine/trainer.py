@@ -226,6 +226,9 @@ class Trainer:
             terms = self._train_step(batch.to(self.device), step)
             if self.global_step % self.log_every == 0 or i == len(loader) - 1:
                 self._log_train(epoch, terms, i + 1, len(loader), started)
+        fields = self.method.on_epoch_end(ctx, epoch)
+        if fields is not None:
+            self.recorder.write(self.method.epoch_record, epoch=epoch, at="end", **fields)
         self.schedule.after_epoch()
         self.epoch = epoch + 1
         val = None

@@ -417,11 +417,14 @@ class NPCMethod(CLIPMethod):
         return {"bank_keys": int(bank.clean.sum()), **{f"bank_{k}": v for k, v in record.items()}}
 
     def on_epoch_start(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
-        """Noise-detection record of the significance weights of the previous epoch."""
         if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
             self.setup(ctx)
+        return None
+
+    def on_epoch_end(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
+        """Noise-detection record of the significance weights the epoch's steps applied."""
         w = self.core.epoch_weights
-        if epoch == 0 or w is None or not np.isfinite(w).any():
+        if w is None or not np.isfinite(w).any():
             return None
         record = detection_record(self._clean, weights=w)
         self.core.epoch_weights = np.full_like(w, np.nan)

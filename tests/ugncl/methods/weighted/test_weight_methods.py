@@ -245,8 +245,9 @@ def test_npc_bank_loss_trains_the_model(tmp_path):
     released, ctx2, model2, _ = _npc(tmp_path / "r", bank_loss="released")
     out = released.training_step(model2, ctx2.fetch(np.arange(6)), _step())
     assert not out["loss_bank"].requires_grad  # the release's L_MB: a constant
-    record = npc.on_epoch_start(ctx, 1)
+    record = npc.on_epoch_end(ctx, 0)
     assert record is not None and "weight_auc" in record
+    assert npc.on_epoch_start(ctx, 1) is None and npc.on_epoch_end(ctx, 1) is None  # recorded once
 
 
 # -------------------------------------------------------------------------------------- SDD
