@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,6 +61,13 @@ class Method(nn.Module):
 
     def on_epoch_start(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
         """Optional pass before epoch ``epoch``; fields returned go into an ``epoch_record``."""
+        return None
+
+    def prefetch_samples(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """A picklable ``batch sample indices (K,) -> sample indices (M,)`` naming the
+        training samples a step will need beside its batch (e.g. memory-bank pairs), or None.
+        The training loader decodes them with the batch, in its workers, and hands them to the
+        step as ``StepContext.extra``; asked once per epoch, after ``on_epoch_start``."""
         return None
 
     def on_epoch_end(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:

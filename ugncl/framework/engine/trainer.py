@@ -58,6 +58,32 @@ class Evaluator(Protocol):
         ...
 
 
+def _as_is(item: Any) -> Any:
+    return item
+
+
+class _WithExtra(torch.utils.data.Dataset):
+    """Batch ``b`` of the training data with the samples ``extra(indices)`` asked for beside
+    it, both collated where the loader runs (its workers): a memory bank's pairs are decoded
+    there, not in the main process at every step."""
+
+    def __init__(
+        self, data: TrainingData, batches: list[list[int]], extra: Callable[[np.ndarray], Any]
+    ) -> None:
+        self.data, self.batches, self.extra = data, batches, extra
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, b: int) -> tuple[PairBatch, PairBatch | None]:
+        idx = np.asarray(self.batches[b], dtype=np.int64)
+        more = np.asarray(self.extra(idx), dtype=np.int64).reshape(-1)
+        batch = self.data.collate([self.data.dataset[int(i)] for i in idx])
+        if not more.size:
+            return batch, None
+        return batch, self.data.collate([self.data.dataset[int(i)] for i in more])
+
+
 class Trainer:
     """Train ``model`` with ``method`` on ``data``; validate and checkpoint every epoch.
 
@@ -169,12 +195,21 @@ class Trainer:
         *,
         drop_last: bool = False,
         data: TrainingData | None = None,
+        extra: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> DataLoader:
         """Batches of the training samples (or ``indices``) in the seeded order of
         (epoch, stream); see :func:`ugncl.framework.engine.sampling.batch_indices` for the tail.
-        ``data``: the same samples in another input format (default: the training data)."""
+        ``data``: the same samples in another input format (default: the training data).
+        ``extra``: items are ``(batch, PairBatch of extra(batch indices) or None)``, both
+        decoded in the loader's workers (:meth:`Method.prefetch_samples`)."""
         data = self.data if data is None else data
         order = epoch_order(data.num_samples, self.seed, epoch, stream, indices)
+        if extra is not None:
+            batches = batch_indices(order, batch_size, drop_last=drop_last)
+            return DataLoader(
+                _WithExtra(data, batches, extra), batch_size=None, collate_fn=_as_is,
+                num_workers=self.num_workers,
+            )  # fmt: skip
         return DataLoader(
             data.dataset,
             batch_sampler=batch_indices(order, batch_size, drop_last=drop_last),
@@ -210,9 +245,11 @@ class Trainer:
             logger.info("epoch %d %s: %s", epoch, event, _format(fields))
         subset = self.method.epoch_samples(ctx, epoch)
         self.model.train()
+        extra = self.method.prefetch_samples()
         loader = self.ordered_batches(
-            epoch, self.batch_size, stream=TRAIN_STREAM, indices=subset, drop_last=True
-        )
+            epoch, self.batch_size, stream=TRAIN_STREAM, indices=subset, drop_last=True,
+            extra=extra,
+        )  # fmt: skip
         if len(loader) == 0:
             n = self.data.num_samples if subset is None else len(subset)
             raise ValueError(
@@ -220,9 +257,10 @@ class Trainer:
                 "lower train.batch_size"
             )
         started = time.perf_counter()
-        for i, batch in enumerate(_progress(loader, epoch, self.total_epochs)):
+        for i, item in enumerate(_progress(loader, epoch, self.total_epochs)):
+            batch, more = item if extra is not None else (item, None)
             lr = float(self.optimizer.param_groups[0]["lr"])
-            step = StepContext(epoch, self.global_step, warmup, self.device, lr)
+            step = StepContext(epoch, self.global_step, warmup, self.device, lr, more)
             terms = self._train_step(batch.to(self.device), step)
             if self.global_step % self.log_every == 0 or i == len(loader) - 1:
                 self._log_train(epoch, terms, i + 1, len(loader), started)

@@ -78,6 +78,24 @@ def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_deca
 
 
 @dataclass
+class BankExtras:
+    """``batch sample indices -> the bank samples the batch lacks`` (picklable: the training
+    loader's workers call it to decode them with the batch, ``Method.prefetch_samples``)."""
+
+    bank: MemoryBank
+
+    def __call__(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        t = torch.as_tensor(index)
+        image_index = self.bank.image_index[index]
+        img_side, txt_side = self.bank.lookup(t, torch.as_tensor(image_index))
+        plan = plan_bank_pairs(
+            torch.stack([img_side, txt_side]).numpy(), index, image_index, self.bank.image_index
+        )
+        return plan.extra_samples
+
+
+@dataclass
 class BankView:
     """A batch with its bank pairs: the plan and the fetched samples the batch lacks."""
 
@@ -153,8 +171,9 @@ class BankSiamese(nn.Module):
         ]
         self.epoch_weights = np.full(bank.num_samples, np.nan, dtype=np.float32)
 
-    def bank_view(self, batch: Any) -> BankView:
-        """The batch's image-bank and text-bank pairs, each distinct sample fetched once."""
+    def bank_view(self, batch: Any, prefetched: Any | None = None) -> BankView:
+        """The batch's image-bank and text-bank pairs, each distinct sample fetched once
+        (``prefetched``: those samples decoded by the loader, ``StepContext.extra``)."""
         if self.bank is None:
             raise RuntimeError("the memory bank is not built; setup(ctx) must run first")
         img_side, txt_side = self.bank.lookup(batch.index, batch.image_index)
@@ -164,7 +183,13 @@ class BankSiamese(nn.Module):
         )  # fmt: skip
         extra = None
         if plan.extra_samples.size:
-            extra = self._fetch(torch.as_tensor(plan.extra_samples)).to(batch.captions.device)
+            if prefetched is not None and np.array_equal(
+                prefetched.index.cpu().numpy(), plan.extra_samples
+            ):
+                extra = prefetched
+            else:
+                extra = self._fetch(torch.as_tensor(plan.extra_samples))
+            extra = extra.to(batch.captions.device)
         return BankView(batch, plan, extra)
 
     def bank_losses(
@@ -433,12 +458,15 @@ class NPCMethod(CLIPMethod):
     def epoch_samples(self, ctx: Any, epoch: int) -> np.ndarray | None:
         return None
 
+    def prefetch_samples(self) -> BankExtras | None:
+        return None if self.core.bank is None else BankExtras(self.core.bank)
+
     def trainable_parameters(self, model: nn.Module):
         return [p for p in model.parameters() if p.requires_grad]
 
     # ------------------------------------------------------------------ step
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
-        view = self.core.bank_view(batch)
+        view = self.core.bank_view(batch, getattr(step, "extra", None))
         img, cap, per = self.core.encode_batch(model, batch)
         trainable = self.bank_loss == "trainable"
         # Paper L_MB at the current weights: also the siamese copy's before-losses (shared).

@@ -30,7 +30,7 @@ from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.weighted.memory_bank import MemoryBank, build_memory_bank
-from ugncl.methods.weighted.npc import BANK_STREAM, BankSiamese
+from ugncl.methods.weighted.npc import BANK_STREAM, BankExtras, BankSiamese
 from ugncl.methods.weighted.passes import scan_training_set
 from ugncl.methods.weighted.weights import (
     auto_sdd_thresholds,
@@ -218,6 +218,9 @@ class SDDMethod(CLIPMethod):
             return None
         return kept
 
+    def prefetch_samples(self) -> BankExtras | None:
+        return None if self.core.bank is None else BankExtras(self.core.bank)
+
     def trainable_parameters(self, model: nn.Module):
         return [p for p in model.parameters() if p.requires_grad]
 
@@ -229,7 +232,7 @@ class SDDMethod(CLIPMethod):
         w_con = torch.as_tensor(
             self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
         )
-        view = self.core.bank_view(batch)
+        view = self.core.bank_view(batch, getattr(step, "extra", None))
         img, cap, per = self.core.encode_batch(model, batch)
         lr = getattr(step, "lr", None)
         w_sig, res = self.core.significance(model, view, per, w_con, lr, None, (img, cap))

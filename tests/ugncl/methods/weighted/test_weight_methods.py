@@ -271,7 +271,7 @@ def test_sdd_drops_and_looks_up_by_sample_index(tmp_path):
     batch = ctx.fetch(kept[:6])
     ctx.fetched.clear()
     views, real_view = [], sdd.core.bank_view
-    sdd.core.bank_view = lambda b: views.append(real_view(b)) or views[-1]
+    sdd.core.bank_view = lambda b, e=None: views.append(real_view(b, e)) or views[-1]
     out = sdd.training_step(model, batch, _step())
     img_side, txt_side = views[0].plan.bank_ids.tolist()
     bank = sdd.core.bank
@@ -353,8 +353,11 @@ def test_osa_beta_at_random_level_silences_noisy_pairs_in_simulation():
     g = torch.Generator().manual_seed(0)
     noisy = 15 + 3 * torch.randn(20000, generator=g)
     clean = 30 + 4 * torch.randn(20000, generator=g)
-    pos = {b: (float((osa_weights(noisy, b) > 0).float().mean()),
-               float((osa_weights(clean, b) > 0).float().mean())) for b in (15.0, 22.0)}  # fmt: skip
+
+    def positive(sims, beta):
+        return float((osa_weights(sims, beta) > 0).float().mean())
+
+    pos = {b: (positive(noisy, b), positive(clean, b)) for b in (15.0, 22.0)}
     assert 0.45 < pos[15.0][0] < 0.55
     assert pos[22.0][0] < 0.015 and pos[22.0][1] > 0.97
 
@@ -505,7 +508,7 @@ def test_npc_step_equals_the_papers_procedure_over_steps(tmp_path, grouping):
     ref = ReferenceNPC(ref_model, npc.core.bank, ctx.fetch, lr=1e-2, grouping=grouping)
     opts = [torch.optim.AdamW(m.parameters(), lr=5e-2) for m in (model, ref_model)]
     views, real_view = [], npc.core.bank_view
-    npc.core.bank_view = lambda b: views.append(real_view(b)) or views[-1]
+    npc.core.bank_view = lambda b, e=None: views.append(real_view(b, e)) or views[-1]
     order = np.random.default_rng(0).permutation(ctx.num_samples)
     seen = []
     for i in range(4):
@@ -569,3 +572,23 @@ def test_siamese_ratio_under_bf16_autocast_agrees_with_fp32(tmp_path):
     agree = ((r32 - 1).sign() == (r16 - 1).sign()).float().mean().item()
     assert agree == 1.0, agree
     assert torch.allclose(r32, r16, atol=1e-5)
+
+
+def test_bank_pairs_prefetched_by_the_loader_are_not_fetched_again(tmp_path):
+    # The trainer's loader decodes Method.prefetch_samples(batch) with the batch (in its
+    # workers) and passes them as StepContext.extra; the step then fetches nothing itself and
+    # computes what it computes when fetching.
+    import pickle
+
+    npc, ctx, model, _ = _npc(tmp_path)
+    prefetch = pickle.loads(pickle.dumps(npc.prefetch_samples()))  # crosses to loader workers
+    batch = ctx.fetch(np.arange(6))
+    ref = copy.deepcopy(npc)
+    extra = ctx.fetch(prefetch(np.arange(6)))
+    ctx.fetched.clear()
+    step = type("S", (), {"epoch": 0, "global_step": 0, "warmup": False, "lr": 1e-2,
+                          "extra": extra})()  # fmt: skip
+    out = npc.training_step(model, batch, step)
+    assert ctx.fetched == []  # nothing decoded in the step
+    expected = ref.training_step(model, batch, _step())  # fetches them itself (its own ctx copy)
+    assert torch.allclose(out["loss"], expected["loss"])
