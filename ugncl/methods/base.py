@@ -119,6 +119,18 @@ class Method(nn.Module):
         """Optional pass before epoch ``epoch``; fields returned go into an ``epoch_record``."""
         return None
 
+    def prefetch_samples(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """A picklable ``batch sample indices (K,) -> sample indices (M,)`` naming the
+        training samples a step will need beside its batch (e.g. memory-bank pairs), or None.
+        The training loader decodes them with the batch, in its workers, and hands them to the
+        step as ``StepContext.extra``; asked once per epoch, after ``on_epoch_start``."""
+        return None
+
+    def on_epoch_end(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
+        """After epoch ``epoch``'s last step (before validation); fields returned go into an
+        ``epoch_record`` (e.g. the weights the epoch's steps applied)."""
+        return None
+
     def epoch_samples(self, ctx: MethodContext, epoch: int) -> np.ndarray | None:
         """Sample indices epoch ``epoch`` visits (in the epoch's seeded order); None = all."""
         return None

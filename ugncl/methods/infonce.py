@@ -11,7 +11,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["as_logit_matrix", "clip_loss", "info_nce_per_sample", "weighted_mean"]
+__all__ = [
+    "as_logit_matrix",
+    "clip_loss",
+    "info_nce_directions",
+    "info_nce_per_sample",
+    "weighted_mean",
+]
 
 
 def as_logit_matrix(raw: Tensor) -> Tensor:
@@ -24,6 +30,17 @@ def as_logit_matrix(raw: Tensor) -> Tensor:
             f"caption i), got {tuple(raw.shape)}; multi-view scores need a view reduction first"
         )
     return raw
+
+
+def info_nce_directions(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """``(CE_i2t, CE_t2i)`` of every pair of a batch, each ``(K,)`` (float32, log-sum-exp).
+
+    ``CE_i2t(i) = lse_j S_ij - S_ii`` (image ``i`` retrieving its caption among the batch's),
+    ``CE_t2i(i) = lse_j S_ji - S_ii``; :func:`info_nce_per_sample` is their mean.
+    """
+    s = as_logit_matrix(logits).float()
+    diag = torch.diagonal(s)
+    return torch.logsumexp(s, dim=1) - diag, torch.logsumexp(s, dim=0) - diag
 
 
 def info_nce_per_sample(logits: Tensor) -> Tensor:

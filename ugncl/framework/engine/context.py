@@ -25,6 +25,7 @@ class StepContext:
     warmup: bool
     device: torch.device
     lr: float | None = None  # the optimiser's current lr (a siamese step follows the schedule)
+    extra: PairBatch | None = None  # Method.prefetch_samples(batch), decoded by the loader
 
 
 @dataclass(frozen=True)

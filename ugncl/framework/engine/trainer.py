@@ -11,7 +11,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,6 +57,32 @@ class Evaluator(Protocol):
     def evaluate(self, model: nn.Module, which: str) -> dict[str, dict[str, float]]:
         """``{record split name: metrics}`` of ``which`` ("val" | "test"); headline first."""
         ...
+
+
+def _as_is(item: Any) -> Any:
+    return item
+
+
+class _WithExtra(torch.utils.data.Dataset):
+    """Batch ``b`` of the training data with the samples ``extra(indices)`` asked for beside
+    it, both collated where the loader runs (its workers): a memory bank's pairs are decoded
+    there, not in the main process at every step."""
+
+    def __init__(
+        self, data: TrainingData, batches: list[list[int]], extra: Callable[[np.ndarray], Any]
+    ) -> None:
+        self.data, self.batches, self.extra = data, batches, extra
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, b: int) -> tuple[PairBatch, PairBatch | None]:
+        idx = np.asarray(self.batches[b], dtype=np.int64)
+        more = np.asarray(self.extra(idx), dtype=np.int64).reshape(-1)
+        batch = self.data.collate([self.data.dataset[int(i)] for i in idx])
+        if not more.size:
+            return batch, None
+        return batch, self.data.collate([self.data.dataset[int(i)] for i in more])
 
 
 class Trainer:
@@ -211,7 +237,8 @@ class Trainer:
             logger.info("epoch %d %s: %s", epoch, event, _format(fields))
         subset = self.method.epoch_samples(ctx, epoch)
         self.model.train()
-        loader, global_batches = self._training_batches(epoch, subset)
+        extra = self.method.prefetch_samples()
+        loader, global_batches = self._training_batches(epoch, subset, extra)
         if len(loader) == 0:
             n = self.data.num_samples if subset is None else len(subset)
             raise ValueError(
@@ -219,13 +246,17 @@ class Trainer:
                 "lower train.batch_size"
             )
         started = time.perf_counter()
-        for i, batch in enumerate(_progress(loader, epoch, self.total_epochs)):
+        for i, item in enumerate(_progress(loader, epoch, self.total_epochs)):
+            batch, more = item if extra is not None else (item, None)
             lr = float(self.optimizer.param_groups[0]["lr"])
-            step = StepContext(epoch, self.global_step, warmup, self.device, lr)
+            step = StepContext(epoch, self.global_step, warmup, self.device, lr, more)
             batch = self._method_batch(batch, global_batches[i])
             terms = self._train_step(batch.to(self.device), step)
             if self.global_step % self.log_every == 0 or i == len(loader) - 1:
                 self._log_train(epoch, terms, i + 1, len(loader), started)
+        fields = self.method.on_epoch_end(ctx, epoch)
+        if fields is not None:
+            self.recorder.write(self.method.epoch_record, epoch=epoch, at="end", **fields)
         self.schedule.after_epoch()
         self.epoch = epoch + 1
         val = None
@@ -234,18 +265,29 @@ class Trainer:
         self._checkpoint(epoch, val)
 
     def _training_batches(
-        self, epoch: int, subset: np.ndarray | None
+        self,
+        epoch: int,
+        subset: np.ndarray | None,
+        extra: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> tuple[DataLoader, list[list[int]]]:
         """The epoch's loader (this rank's micro-batches) and its global batches.
 
         The order is ``epoch_order(seed, epoch)`` in every process; it is cut into global
         batches of ``batch_size`` (the incomplete tail dropped) and, with several processes,
-        rank r loads slice ``[r*b, (r+1)*b)`` of each (b = batch_size / world)."""
+        rank r loads slice ``[r*b, (r+1)*b)`` of each (b = batch_size / world). With
+        ``extra`` (:meth:`Method.prefetch_samples`) the loader yields ``(batch, PairBatch of
+        extra(batch indices) or None)``, both decoded in the loader's workers."""
         order = epoch_order(self.data.num_samples, self.seed, epoch, TRAIN_STREAM, subset)
         global_batches = batch_indices(order, self.batch_size, drop_last=True)
         local = global_batches
         if self.dist.enabled:
             local = distributed.shard_global_batches(global_batches, self.dist)
+        if extra is not None:
+            loader = DataLoader(
+                _WithExtra(self.data, local, extra), batch_size=None, collate_fn=_as_is,
+                num_workers=self.num_workers,
+            )  # fmt: skip
+            return loader, global_batches
         loader = DataLoader(
             self.data.dataset,
             batch_sampler=local,

@@ -6,8 +6,8 @@ never by loader order: per-sample arrays are filled by scattering batches into
 dataset ids (NPC get_memorybank.py:61-73, SDD :37-45) cannot happen.
 
 Bank entries are sample indices of clean training pairs: the bank pair of sample ``k`` on the
-image side is ``image_bank[image_index[k]]`` (nearest clean pair to ``k``'s image), on the text
-side ``text_bank[k]`` (nearest clean pair to caption ``k``). A bank pair ``c`` is the training
+image side is ``image_bank[k]`` (nearest clean pair to ``k``'s image), on the text side
+``text_bank[k]`` (nearest clean pair to caption ``k``). A bank pair ``c`` is the training
 pair (image ``image_index[c]``, caption ``c``).
 """
 
@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 NO_NEIGHBOUR = -1
+IMAGE_NEIGHBOURS = ("image_itself", "other_image")
 
 
 class EmbeddingTable:
@@ -169,12 +170,12 @@ def index_digest(image_index: np.ndarray) -> str:
 
 @dataclass
 class MemoryBank:
-    """Clean set and nearest clean pair per image and per caption (plain integer arrays).
+    """Clean set and nearest clean pair of every sample's image and caption (integer arrays).
 
     Attributes:
         clean: ``(N,)`` bool, the key set (samples whose pairs may be returned).
-        image_bank: ``(N_img,)`` int64 sample index of the nearest clean pair of each image;
-            -1 for images no training pair uses.
+        image_bank: ``(N,)`` int64 sample index of the nearest clean pair of each sample's
+            image (see ``image_neighbour``).
         text_bank: ``(N,)`` int64 sample index of the nearest clean pair of each caption.
         image_index: ``(N,)`` int64 the caption -> image index the bank was built on.
         score: ``(N,)`` float32 what the clean set was selected on (NPC: clean posterior,
@@ -186,6 +187,7 @@ class MemoryBank:
     text_bank: np.ndarray
     image_index: np.ndarray
     score: np.ndarray
+    image_neighbour: str = "image_itself"
 
     def __post_init__(self) -> None:
         self.check()
@@ -208,8 +210,16 @@ class MemoryBank:
             used = bank[bank >= 0]
             if used.size and (used.max() >= n or not self.clean[used].all()):
                 raise ValueError(f"memory bank {name} points outside the clean set; file corrupt")
-        if self.image_index.size and len(self.image_bank) <= self.image_index.max():
-            raise ValueError("memory bank image_bank is shorter than the number of images")
+        if len(self.image_bank) != n:
+            raise ValueError(
+                "memory bank image_bank is not one entry per sample (a bank file of an older "
+                "version keeps one per image); delete it to rebuild"
+            )
+        if self.image_neighbour not in IMAGE_NEIGHBOURS:
+            raise ValueError(
+                f"memory bank image_neighbour {self.image_neighbour!r} is not one of "
+                f"{IMAGE_NEIGHBOURS} (a file of an older version has none); delete it to rebuild"
+            )
 
     def lookup(self, index: Tensor, image_index: Tensor) -> tuple[Tensor, Tensor]:
         """Bank sample indices of a batch, on ``index``'s device.
@@ -217,14 +227,14 @@ class MemoryBank:
         Args:
             index: ``(K,)`` dataset sample indices (``PairBatch.index``, never the position in a
                 possibly self-dropped subset: that is SDD's text-bank bug, data.py:376).
-            image_index: ``(K,)`` the image each caption is paired with for training.
+            image_index: ``(K,)`` the image each caption is paired with for training (unused:
+                the bank is per sample; kept so callers need not change).
 
         Returns:
             ``(image_side (K,), text_side (K,))`` long sample indices of clean pairs.
         """
         idx = index.detach().cpu().numpy().astype(np.int64)
-        img = image_index.detach().cpu().numpy().astype(np.int64)
-        img_side, txt_side = self.image_bank[img], self.text_bank[idx]
+        img_side, txt_side = self.image_bank[idx], self.text_bank[idx]
         if (img_side < 0).any() or (txt_side < 0).any():
             raise InvalidSettingError(
                 "memory bank has no clean neighbour for some batch samples (its clean set holds "
@@ -243,6 +253,7 @@ class MemoryBank:
         np.savez(
             tmp, clean=self.clean, image_bank=self.image_bank, text_bank=self.text_bank,
             image_index=self.image_index, score=self.score,
+            image_neighbour=np.str_(self.image_neighbour),
         )  # fmt: skip
         os.replace(tmp, path)
 
@@ -259,6 +270,7 @@ class MemoryBank:
                 text_bank=f["text_bank"].astype(np.int64),
                 image_index=f["image_index"].astype(np.int64),
                 score=f["score"].astype(np.float32),
+                image_neighbour=str(f["image_neighbour"]) if "image_neighbour" in f.files else "",
             )
         bank.check(image_index)
         return bank
@@ -274,12 +286,22 @@ def build_memory_bank(
     device: torch.device | str | None = None,
     query_block: int = 4096,
     key_block: int = 16384,
+    image_neighbour: str = "image_itself",
 ) -> MemoryBank:
-    """Nearest clean training pair of every image and every caption.
+    """Nearest clean training pair of every sample's image and of every caption.
 
-    Image queries search the clean pairs' image embeddings, excluding every pair of the same
-    image (its own pair and the sibling captions of that image: these would match with cosine
-    1). Caption queries search the clean captions, excluding the caption itself.
+    Image queries (one per sample: its training image) search the clean pairs' image
+    embeddings. ``image_neighbour``:
+
+    * ``"image_itself"`` (default; the papers read literally, NPC section 3.2: "the nearest
+      clean sample"): only the sample's own pair is excluded, so an image with a clean sibling
+      caption finds itself (cosine 1) through that sibling. For a noisy caption of the image
+      that is the most informative entry: a step towards the wrong caption raises the loss of
+      the image's right one.
+    * ``"other_image"``: every pair of the query's image is excluded (its own and its sibling
+      captions), the nearest clean pair is always another image.
+
+    Caption queries search the clean captions, excluding the caption itself.
 
     Args:
         clean: ``(N,)`` bool key set.
@@ -288,10 +310,15 @@ def build_memory_bank(
         image_index: ``(N,)`` caption -> image index used for training.
         score: ``(N,)`` the selection score kept for the record.
         device: where to run the blocked search (default: CPU).
+        image_neighbour: ``"image_itself"`` or ``"other_image"`` (above).
 
     Returns:
         The :class:`MemoryBank`.
     """
+    if image_neighbour not in IMAGE_NEIGHBOURS:
+        raise ValueError(
+            f"image_neighbour must be one of {IMAGE_NEIGHBOURS}, got {image_neighbour!r}"
+        )
     clean = np.asarray(clean, dtype=bool)
     image_index = np.asarray(image_index, dtype=np.int64)
     n = len(image_index)
@@ -313,23 +340,21 @@ def build_memory_bank(
     if len(img_t) != n:
         raise ValueError(f"image_emb has {len(img_t)} rows, expected one per sample ({n})")
     keys_t = torch.as_tensor(keys, device=img_t.device)
-    key_img = torch.as_tensor(image_index[keys], device=img_t.device)
-    # One query per image: the first sample paired with it (all its rows hold the same image).
-    used_images, first_row = np.unique(image_index, return_index=True)
-    used_t = torch.as_tensor(used_images, device=img_t.device)
-    rows_t = torch.as_tensor(first_row, device=img_t.device)
+    samples_t = torch.arange(n, device=img_t.device)
     blocks = dict(query_block=query_block, key_block=key_block)
-    pos_i = nearest_clean(img_t[rows_t], img_t[keys_t], key_img, used_t, **blocks)
-    pos_t = nearest_clean(
-        cap_t, cap_t[keys_t], keys_t, torch.arange(n, device=cap_t.device), **blocks
-    )
-    image_bank = np.full(int(image_index.max()) + 1 if n else 0, NO_NEIGHBOUR, dtype=np.int64)
+    if image_neighbour == "image_itself":  # exclude the sample's own pair only
+        key_ids, query_ids = keys_t, samples_t
+    else:  # exclude every pair of the query's image
+        key_ids = torch.as_tensor(image_index[keys], device=img_t.device)
+        query_ids = torch.as_tensor(image_index, device=img_t.device)
+    pos_i = nearest_clean(img_t, img_t[keys_t], key_ids, query_ids, **blocks)
+    pos_t = nearest_clean(cap_t, cap_t[keys_t], keys_t, samples_t, **blocks)
     pos_i, pos_t = pos_i.cpu().numpy(), pos_t.cpu().numpy()
-    image_bank[used_images] = np.where(pos_i >= 0, keys[np.maximum(pos_i, 0)], NO_NEIGHBOUR)
+    image_bank = np.where(pos_i >= 0, keys[np.maximum(pos_i, 0)], NO_NEIGHBOUR).astype(np.int64)
     text_bank = np.where(pos_t >= 0, keys[np.maximum(pos_t, 0)], NO_NEIGHBOUR).astype(np.int64)
     return MemoryBank(
         clean=clean, image_bank=image_bank, text_bank=text_bank, image_index=image_index,
-        score=np.asarray(score, dtype=np.float32),
+        score=np.asarray(score, dtype=np.float32), image_neighbour=image_neighbour,
     )  # fmt: skip
 
 

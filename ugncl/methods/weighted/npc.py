@@ -27,7 +27,12 @@ from ugncl.framework.engine.distributed import is_main_process, merge_rows
 from ugncl.framework.optim import build_optimizer
 from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
-from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
+from ugncl.methods.infonce import (
+    as_logit_matrix,
+    info_nce_directions,
+    info_nce_per_sample,
+    weighted_mean,
+)
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.weighted.memory_bank import (
     BankPlan,
@@ -38,7 +43,7 @@ from ugncl.methods.weighted.memory_bank import (
 )
 from ugncl.methods.weighted.passes import pair_fetcher, scan_training_set, untrained_start_error
 from ugncl.methods.weighted.siamese import OneStepLosses, SiameseCopy, draws_random_numbers
-from ugncl.methods.weighted.weights import significance_weight
+from ugncl.methods.weighted.weights import RatioGrouping, significance_weight
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +77,24 @@ def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_deca
         )  # fmt: skip
 
     return make
+
+
+@dataclass
+class BankExtras:
+    """``batch sample indices -> the bank samples the batch lacks`` (picklable: the training
+    loader's workers call it to decode them with the batch, ``Method.prefetch_samples``)."""
+
+    bank: MemoryBank
+
+    def __call__(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        t = torch.as_tensor(index)
+        image_index = self.bank.image_index[index]
+        img_side, txt_side = self.bank.lookup(t, torch.as_tensor(image_index))
+        plan = plan_bank_pairs(
+            torch.stack([img_side, txt_side]).numpy(), index, image_index, self.bank.image_index
+        )
+        return plan.extra_samples
 
 
 @dataclass
@@ -135,8 +158,12 @@ class BankSiamese(nn.Module):
         betas: tuple[float, float],
         eps: float,
         wd: float,
+        grouping: RatioGrouping = "direction",
     ) -> None:
         super().__init__()
+        if grouping not in ("direction", "bank"):
+            raise ValueError(f"ratio_grouping must be direction or bank, got {grouping!r}")
+        self.grouping = grouping
         self.siamese_lr = siamese_lr
         self.siamese_reset_state = siamese_reset_state
         self._opt = (tuple(betas), float(eps), float(wd))
@@ -161,8 +188,9 @@ class BankSiamese(nn.Module):
         ]
         self.epoch_weights = np.full(bank.num_samples, np.nan, dtype=np.float32)
 
-    def bank_view(self, batch: Any) -> BankView:
-        """The batch's image-bank and text-bank pairs, each distinct sample fetched once."""
+    def bank_view(self, batch: Any, prefetched: Any | None = None) -> BankView:
+        """The batch's image-bank and text-bank pairs, each distinct sample fetched once
+        (``prefetched``: those samples decoded by the loader, ``StepContext.extra``)."""
         if self.bank is None:
             raise RuntimeError("the memory bank is not built; setup(ctx) must run first")
         img_side, txt_side = self.bank.lookup(batch.index, batch.image_index)
@@ -172,15 +200,25 @@ class BankSiamese(nn.Module):
         )  # fmt: skip
         extra = None
         if plan.extra_samples.size:
-            extra = self._fetch(torch.as_tensor(plan.extra_samples)).to(batch.captions.device)
+            if prefetched is not None and np.array_equal(
+                prefetched.index.cpu().numpy(), plan.extra_samples
+            ):
+                extra = prefetched
+            else:
+                extra = self._fetch(torch.as_tensor(plan.extra_samples))
+            extra = extra.to(batch.captions.device)
         return BankView(batch, plan, extra)
 
     def bank_losses(
         self, model: nn.Module, view: BankView, batch_emb: tuple[Tensor, Tensor] | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """Per-sample InfoNCE ``(K,)`` of the image-bank and text-bank pairs under ``model``.
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Per-sample cross-entropies ``(K,)`` of the bank pairs under ``model``, by direction:
+        ``(img_i2t, img_t2i, txt_i2t, txt_t2i)`` (image-bank pair, then text-bank pair).
 
-        Each bank pair forms its side's ``K x K`` in-batch matrix (docs/methods/weighted.md). With
+        The paper groups the significance ratio by direction (NPC Eq. 6-7), the release by
+        bank (:func:`ugncl.methods.weighted.weights.significance_ratio`); the symmetric InfoNCE
+        of a side is the mean of its two entries. Each bank pair forms its side's ``K x K``
+        in-batch matrix (docs/methods/weighted.md). With
         ``batch_emb`` (the batch's image and caption embeddings under ``model`` at its current
         weights) only the images and captions the batch lacks are encoded; else every distinct
         one the two sides use is encoded once.
@@ -211,8 +249,13 @@ class BankSiamese(nn.Module):
             i, c = _rows(img_rows[side], img), _rows(cap_rows[side], cap)
             side_lengths = lengths[_rows(plan.cap_rows[side], lengths)]
             img_side = img.index_select(_image_axis(model), i)
-            out.append(info_nce_per_sample(model.score(img_side, cap[c], side_lengths)))
+            out.extend(info_nce_directions(model.score(img_side, cap[c], side_lengths)))
         return tuple(out)
+
+    @staticmethod
+    def side_means(losses: tuple[Tensor, ...]) -> Tensor:
+        """``mean(L_I) + mean(L_T)``: the two bank pairs' symmetric InfoNCE (NPC's ``L_MB``)."""
+        return 0.5 * (losses[0] + losses[1]).mean() + 0.5 * (losses[2] + losses[3]).mean()
 
     def encode_batch(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         """``(image emb, caption emb, per-sample InfoNCE (K,))`` of the batch (with graph);
@@ -228,7 +271,7 @@ class BankSiamese(nn.Module):
         per: Tensor,
         train_weights: Tensor | None,
         lr: float | None,
-        before: tuple[Tensor, Tensor] | None = None,
+        before: tuple[Tensor, ...] | None = None,
         batch_emb: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, OneStepLosses]:
         """NPC/SDD significance weight ``(K,)`` of the batch's pairs (docs/methods/weighted.md).
@@ -253,7 +296,20 @@ class BankSiamese(nn.Module):
                 "pass its current lr as StepContext.lr"
             )
         siamese = self._siamese[0]
-        if draws_random_numbers(model):
+        device_type = per.device.type
+        if torch.is_autocast_enabled(device_type):
+            # Mixed precision: one AdamW step at CLIP's lr (5e-7) moves the bank losses by far
+            # less than bf16 resolves, so r would be rounding noise (r's sign agreed with fp32
+            # for ~75% of the samples). The copy's before pass, step and after pass run in
+            # fp32 on its own forwards; the model's autocast graph is not reused.
+            with torch.autocast(device_type, enabled=False):
+                res = siamese.one_step(
+                    model,
+                    lambda m: weighted_mean(self.encode_batch(m, view.batch)[2], train_weights),
+                    lambda m: self.bank_losses(m, view),
+                    lr,
+                )
+        elif draws_random_numbers(model):
             # Dropout: the model's forward is one draw, the copy's another (as in the release),
             # so the copy runs its own batch and before passes.
             res = siamese.one_step(
@@ -274,8 +330,7 @@ class BankSiamese(nn.Module):
                 lambda m: self.bank_losses(m, view),
                 lr,
             )
-        (bi, bt), (ai, at) = res.before, res.after
-        return significance_weight(bi, ai, bt, at), res
+        return significance_weight(res.before, res.after, self.grouping), res
 
     def merged_weights(self) -> np.ndarray | None:
         """``epoch_weights`` of every sample: with several processes each rank noted the
@@ -294,6 +349,8 @@ class NPCConfig:
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
         "weighting": ("per_sample", "batch_scalar"),
         "bank_loss": ("trainable", "released"),
+        "ratio_grouping": ("direction", "bank"),
+        "image_neighbour": ("image_itself", "other_image"),
     }
 
     clean_threshold: float = 0.99  # paper; release 0.9
@@ -304,6 +361,8 @@ class NPCConfig:
     bank_loss_weight: float = 1.0
     weighting: str = "per_sample"  # batch_scalar = release (NPC#18)
     bank_loss: str = "trainable"  # released = no-grad constant (trains nothing)
+    ratio_grouping: str = "direction"  # bank = release (main_NPC.py:181)
+    image_neighbour: str = "image_itself"  # other_image: exclude every pair of the query image
     siamese_lr: float | None = None  # null: the trainer's current lr (StepContext.lr)
     siamese_reset_state: bool = False
     siamese_beta1: float = 0.9
@@ -323,6 +382,10 @@ class NPCMethod(CLIPMethod):
         bank_loss_weight: weight of ``L_MB``.
         weighting: ``per_sample`` (paper) or ``batch_scalar`` (release, NPC#18).
         bank_loss: ``trainable`` (paper) or ``released`` (a no-grad constant from the copy).
+        ratio_grouping: ``direction`` (paper, NPC Eq. 6-7) or ``bank`` (release).
+        image_neighbour: ``image_itself`` (paper reading: an image's nearest clean pair may be
+            a sibling caption of the image itself) or ``other_image`` (every pair of the
+            query's image excluded); see :func:`build_memory_bank`.
         siamese_lr: lr of the siamese step (None: the trainer's current lr).
         siamese_reset_state: see :class:`SiameseCopy`.
         siamese_beta1, siamese_beta2, siamese_eps, siamese_weight_decay: its AdamW (release
@@ -349,6 +412,8 @@ class NPCMethod(CLIPMethod):
         bank_loss_weight: float,
         weighting: str,
         bank_loss: str,
+        ratio_grouping: str,
+        image_neighbour: str,
         siamese_lr: float | None,
         siamese_reset_state: bool,
         siamese_beta1: float,
@@ -370,9 +435,11 @@ class NPCMethod(CLIPMethod):
         self.weighting = weighting
         self.bank_loss = bank_loss
         self.bank_file = bank_file
+        self.image_neighbour = image_neighbour
         self.core = BankSiamese(
             siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
             betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
+            grouping=ratio_grouping,
         )  # fmt: skip
         self._clean: np.ndarray | None = None
         self._last: dict[str, float] = {}
@@ -398,7 +465,7 @@ class NPCMethod(CLIPMethod):
             )
             bank = build_memory_bank(
                 clean, scan.image_emb, scan.caption_emb, scan.image_index, posterior,
-                device=ctx.device,
+                device=ctx.device, image_neighbour=self.image_neighbour,
             )  # fmt: skip
             if is_main_process():  # every rank holds the bank; rank 0 writes it
                 bank.save(path)
@@ -407,11 +474,15 @@ class NPCMethod(CLIPMethod):
         return {"bank_keys": int(bank.clean.sum()), **{f"bank_{k}": v for k, v in record.items()}}
 
     def on_epoch_start(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
-        """Noise-detection record of the significance weights of the previous epoch."""
         if self.core.bank is None:  # resumed run: setup's bank is reloaded from the run dir
             self.setup(ctx)
+        return None
+
+    def on_epoch_end(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
+        """Noise-detection record of the significance weights the epoch's steps applied
+        (several processes: merged over the ranks' micro-batches)."""
         w = self.core.merged_weights()
-        if epoch == 0 or w is None or not np.isfinite(w).any():
+        if w is None or not np.isfinite(w).any():
             return None
         record = detection_record(self._clean, weights=w)
         self.core.epoch_weights = np.full_like(w, np.nan)
@@ -420,12 +491,15 @@ class NPCMethod(CLIPMethod):
     def epoch_samples(self, ctx: Any, epoch: int) -> np.ndarray | None:
         return None
 
+    def prefetch_samples(self) -> BankExtras | None:
+        return None if self.core.bank is None else BankExtras(self.core.bank)
+
     def trainable_parameters(self, model: nn.Module):
         return [p for p in model.parameters() if p.requires_grad]
 
     # ------------------------------------------------------------------ step
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
-        view = self.core.bank_view(batch)
+        view = self.core.bank_view(batch, getattr(step, "extra", None))
         img, cap, per = self.core.encode_batch(model, batch)
         trainable = self.bank_loss == "trainable"
         # Paper L_MB at the current weights: also the siamese copy's before-losses (shared).
@@ -437,9 +511,9 @@ class NPCMethod(CLIPMethod):
         collapse = self.weighting == "batch_scalar"
         loss = w.mean() * per.mean() if collapse else weighted_mean(per, w)
         if trainable:  # paper L_MB: the bank pairs' contrastive loss, trained through the model
-            loss_bank = self.bank_loss_weight * (bank[0].mean() + bank[1].mean())
+            loss_bank = self.bank_loss_weight * self.core.side_means(bank)
         else:  # release: the siamese copy's before-losses under no_grad, a constant
-            loss_bank = self.bank_loss_weight * (res.before[0].mean() + res.before[1].mean())
+            loss_bank = self.bank_loss_weight * self.core.side_means(res.before)
         self._last = {"weight_mean": float(w.mean()), "weight_low": float((w < 1).float().mean())}
         return {
             "loss": loss,

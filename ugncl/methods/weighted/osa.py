@@ -6,9 +6,15 @@ pair's weight never changes, so the release's estimator forward in every batch
 cached in the run directory (``osa_weights.npz``) and reused on resume; the estimator is then
 released. Loss: ``mean_k w_k * InfoNCE_k`` (the release's ``CrossEn`` on rows and columns).
 
-* beta: the mean estimator score of non-matching training pairs (the paper's space shift;
-  the release scores uniform-noise pixels against random token ids), or a fixed
-  value from the config.
+* adaptation (paper's headline setting, ``adapt: true``): before scoring, the estimator is
+  adapted to the target domain: a GMM on its per-sample losses keeps a strict clean set
+  (posterior > ``adapt_threshold``), and the estimator is warmed up on it for
+  ``adapt_epochs`` of InfoNCE; ``adapt: false`` is the paper's "without adaptation" row.
+* beta (Eq. 4): the mean estimator score of random-input pairs (uniform-noise pixels against
+  random token ids, as released; ``beta_source: random_inputs``), or the mean score of
+  mismatched training pairs (``beta_source: mismatched_pairs``, this package's earlier
+  reading), or a fixed value from the config. Mismatched real pairs score low: a beta at their
+  mean leaves about half of the noisy pairs a positive weight.
 * scoring: ``paper`` ``w = x^2 (1 - x)`` on the debiased cosine; ``released`` ``x / batch max``
   and ``x^2 (1 - x^2)``, computed per batch as released; no NaN when no pair exceeds beta.
 * :meth:`OSAMethod.sample_weights` gives the weights indexed by sample index, so they also
@@ -21,6 +27,7 @@ import copy
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,19 +41,54 @@ from precomputed.errors import DataNotFoundError
 from ugncl.backbones.registry import model_from_file, open_estimator_view
 from ugncl.framework.engine.distributed import is_main_process
 from ugncl.framework.errors import ConfigError
+from ugncl.framework.optim import build_optimizer
 from ugncl.methods.base import section_defaults
 from ugncl.methods.clip import CLIPMethod
-from ugncl.methods.infonce import weighted_mean
+from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.triplet import sigmoid_hinge_error
 from ugncl.methods.ugncl.losses import _hinge_costs
-from ugncl.methods.weighted.memory_bank import index_digest
+from ugncl.methods.weighted.memory_bank import gmm_clean_set, index_digest
 from ugncl.methods.weighted.passes import logit_scale_of, scan_training_set, untrained_start_error
 from ugncl.methods.weighted.weights import osa_weights
 
 logger = logging.getLogger(__name__)
 
 ESTIMATOR_STREAM = 4
+ADAPT_STREAM = 5  # RNG stream of the adaptation's loss pass and warm-up epochs
+RANDOM_INPUT_BATCHES = 4  # batches of random inputs behind the random-input beta
+
+
+def random_input_shift(
+    est: nn.Module, like: Any, generator: torch.Generator, token_high: int = 100
+) -> tuple[float, float]:
+    """OSA Eq. 4: the estimator's mean score of random-input pairs, and their std.
+
+    Images are uniform noise of the batch's image shape (pixels in [0, 1), as released);
+    captions are uniform token ids in ``[0, token_high)`` of the batch's caption shape, with
+    the batch's lengths (the release draws ids in [0, 99] without SOT/EOT). Every entry of
+    the ``K x K`` score matrix is a random pair.
+
+    Args:
+        est: the estimator (a CLIP-like ``SimilarityModel``).
+        like: a batch giving the input shapes, dtypes and device.
+        generator: CPU generator (seeded by the run).
+        token_high: exclusive upper bound of the token ids.
+
+    Returns:
+        ``(mean, std)`` on the estimator's logit-scaled scale.
+    """
+    vocab = [
+        m.num_embeddings for m in est.modules() if isinstance(m, nn.Embedding | nn.EmbeddingBag)
+    ]
+    if vocab:  # a vocabulary smaller than the release's 100 ids (tiny test models)
+        token_high = min(token_high, vocab[0])
+    images = torch.rand(like.images.shape, generator=generator).to(like.images)
+    captions = torch.randint(0, token_high, like.captions.shape, generator=generator)
+    captions = captions.to(like.captions)
+    with torch.no_grad():
+        s = as_logit_matrix(est(images, captions, like.lengths)).double()
+    return float(s.mean()), float(s.std()) if s.numel() > 1 else 0.0
 
 
 def weighted_triplet(
@@ -102,13 +144,21 @@ class OSAConfig:
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
         "scoring": ("paper", "released"),
         "objective": ("info_nce", "triplet"),
+        "beta_source": ("random_inputs", "mismatched_pairs"),
     }
 
     scoring: str = "paper"  # released: x / batch max, x^2 (1 - x^2)
     objective: str = "info_nce"  # triplet: weighted VSE++ hinge (the SGRAF track)
     margin: float = 0.2  # triplet only
     max_violation: bool = True  # triplet only
-    beta: float | None = None  # null: mean score of non-matching training pairs
+    beta: float | None = None  # null: from beta_source
+    beta_source: str = "random_inputs"  # Eq. 4; mismatched_pairs: mean of real non-matching pairs
+    random_token_high: int = 100  # random captions: token ids in [0, this) (release: [0, 99])
+    adapt: bool = True  # paper's headline: GMM-strict clean set, then estimator warm-up
+    adapt_threshold: float = 0.99
+    adapt_epochs: int = 1
+    adapt_lr: float = 1.0e-5  # OSA's fine-tune lr (README); the paper gives none for it
+    adapt_batch_size: int | None = None  # null: train.batch_size
     estimator: str | None = None  # null: frozen copy of the starting model; else a checkpoint
     logit_scale: float | None = None  # null: the estimator's logit_scale.exp()
     pass_batch_size: int | None = 256
@@ -122,7 +172,16 @@ class OSAMethod(CLIPMethod):
         scoring: ``paper`` or ``released`` (see :func:`ugncl.methods.weighted.weights.osa_weights`).
         objective: ``info_nce`` (CLIP) or ``triplet`` (:func:`weighted_triplet`, SGRAF).
         margin, max_violation: of the triplet objective.
-        beta: fixed space shift on the estimator's logit scale (None: from random pairs).
+        beta: fixed space shift on the estimator's logit scale (None: from ``beta_source``).
+        beta_source: ``random_inputs`` (Eq. 4, :func:`random_input_shift`) or
+            ``mismatched_pairs`` (mean score of real non-matching training pairs).
+        random_token_high: token ids of the random captions are drawn in ``[0, this)``.
+        adapt: domain adaptation of the estimator before scoring (paper's main tables).
+        adapt_threshold: GMM clean posterior of the adaptation's clean set.
+        adapt_epochs: warm-up epochs over that clean set (InfoNCE, AdamW 0.9/0.98/1e-6,
+            weight decay 0.2).
+        adapt_lr: the warm-up's learning rate.
+        adapt_batch_size: its batch size (None: the training batch size).
         estimator: None = a frozen copy of the starting model; else a checkpoint path loaded
             with ``load_estimator`` (any backbone the package builds).
         logit_scale: the estimator's ``logit_scale.exp()`` when it has no ``logit_scale``
@@ -145,6 +204,13 @@ class OSAMethod(CLIPMethod):
         margin: float,
         max_violation: bool,
         beta: float | None,
+        beta_source: str,
+        random_token_high: int,
+        adapt: bool,
+        adapt_threshold: float,
+        adapt_epochs: int,
+        adapt_lr: float,
+        adapt_batch_size: int | None,
         estimator: str | None,
         logit_scale: float | None,
         pass_batch_size: int | None,
@@ -161,7 +227,18 @@ class OSAMethod(CLIPMethod):
         self.objective = objective
         self.margin = margin
         self.max_violation = max_violation
+        if beta_source not in ("random_inputs", "mismatched_pairs"):
+            raise ValueError(
+                f"osa beta_source must be random_inputs or mismatched_pairs, got {beta_source!r}"
+            )
         self.fixed_beta = beta
+        self.beta_source = beta_source
+        self.random_token_high = random_token_high
+        self.adapt = adapt
+        self.adapt_threshold = adapt_threshold
+        self.adapt_epochs = adapt_epochs
+        self.adapt_lr = adapt_lr
+        self.adapt_batch_size = adapt_batch_size
         self.estimator_path = estimator
         self.logit_scale = logit_scale
         self.pass_batch_size = pass_batch_size
@@ -173,6 +250,7 @@ class OSAMethod(CLIPMethod):
         self.scale: float | None = None
         self._clean: np.ndarray | None = None
         self._last: dict[str, float] = {}
+        self._setup_extra: dict[str, Any] = {}
 
     def backbone_error(self, model: nn.Module) -> str | None:
         if self.objective == "triplet":
@@ -229,6 +307,53 @@ class OSAMethod(CLIPMethod):
             )
         return None
 
+    def adapt_estimator(self, ctx: Any, est: nn.Module, source: Callable[..., Any]) -> dict:
+        """Domain adaptation (OSA section 3.2, main tables): a strict clean set from a GMM on
+        the estimator's per-sample InfoNCE, then ``adapt_epochs`` of InfoNCE on it.
+
+        ``source`` gives the pass's batches (``ctx.batches`` or the estimator view); the
+        estimator is left frozen in eval mode. Returns the record fields.
+        """
+        started = time.perf_counter()
+        bs = self.adapt_batch_size or getattr(ctx, "batch_size", 256)
+        scan = scan_training_set(
+            ctx, est, epoch=0, stream=ADAPT_STREAM, desc="osa adapt", batch_size=bs,
+            batches=source,
+        )  # fmt: skip
+        clean, _ = gmm_clean_set(scan.loss, self.adapt_threshold, seed=int(ctx.seed or 0))
+        idx = np.flatnonzero(clean)
+        record: dict[str, Any] = {"adapt_clean": int(idx.size)}
+        if self._clean is not None and idx.size:
+            record["adapt_clean_precision"] = float(self._clean[idx].mean())
+        if idx.size < 2:
+            logger.warning("osa: the adaptation's clean set has %d pairs; not adapting", idx.size)
+            return record
+        params = [p for p in est.parameters() if p.is_floating_point()]
+        for p in params:
+            p.requires_grad_(True)
+        opt = build_optimizer(
+            "adamw", params, modules=[est], lr=self.adapt_lr, weight_decay=0.2,
+            betas=(0.9, 0.98), eps=1e-6,
+        )  # fmt: skip
+        est.train()
+        steps = 0
+        for epoch in range(self.adapt_epochs):
+            for batch in source(epoch, bs, ADAPT_STREAM, indices=idx):
+                if len(batch.index) < 2:
+                    continue
+                batch = batch.to(ctx.device)
+                with ctx.precision.autocast(ctx.device):
+                    raw = est(batch.images, batch.captions, batch.lengths)
+                loss = info_nce_per_sample(as_logit_matrix(raw)).mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                steps += 1
+        est.eval()
+        est.requires_grad_(False)
+        record.update(adapt_steps=steps, adapt_seconds=round(time.perf_counter() - started, 2))
+        return record
+
     def setup(self, ctx: Any) -> dict[str, Any]:
         """One estimator pass over the training set (or the cached result of one)."""
         path = Path(ctx.run_dir) / self.cache_file
@@ -247,14 +372,33 @@ class OSAMethod(CLIPMethod):
             logger.info("osa: reusing estimator scores %s", path)
         else:
             est = self.build_estimator(ctx.model)
+            source = self.estimator_batches(ctx, est) or ctx.batches
+            extra = self.adapt_estimator(ctx, est, source) if self.adapt else {}
+            bs = self.pass_batch_size or 256
             scan = scan_training_set(
                 ctx, est, epoch=0, stream=ESTIMATOR_STREAM, desc="osa estimator",
-                batch_size=self.pass_batch_size or 256,
-                batches=self.estimator_batches(ctx, est),
+                batch_size=bs, batches=source,
             )  # fmt: skip
             sim = scan.diag
-            beta = self.fixed_beta if self.fixed_beta is not None else scan.shift.mean
+            extra.update(mismatched_mean=scan.shift.mean, mismatched_std=scan.shift.std)
+            gen = torch.Generator().manual_seed(int(ctx.seed or 0))
+            shifts = []
+            for i, batch in enumerate(source(0, bs, ESTIMATOR_STREAM)):
+                if i == RANDOM_INPUT_BATCHES:
+                    break
+                with ctx.precision.autocast(ctx.device):
+                    shifts.append(
+                        random_input_shift(est, batch.to(ctx.device), gen, self.random_token_high)
+                    )
+            extra.update(random_mean=float(np.mean([m for m, _ in shifts])))
+            if self.fixed_beta is not None:
+                beta = self.fixed_beta
+            elif self.beta_source == "random_inputs":
+                beta = extra["random_mean"]
+            else:
+                beta = scan.shift.mean
             scale = logit_scale_of(est, self.logit_scale)
+            self._setup_extra = extra
             del est  # frozen and fully used: every weight is now fixed
             if is_main_process():  # every rank holds the scores; rank 0 writes them
                 tmp = path.with_name(path.name + ".tmp.npz")
@@ -265,7 +409,7 @@ class OSAMethod(CLIPMethod):
                 os.replace(tmp, path)
         self.sim, self.beta, self.scale = sim.astype(np.float32), beta, scale
         record = detection_record(self._clean, weights=self.sample_weights())
-        return {"beta": self.beta, "logit_scale": self.scale, **record}
+        return {"beta": self.beta, "logit_scale": self.scale, **self._setup_extra, **record}
 
     def sample_weights(self) -> np.ndarray:
         """``(N,)`` float32 weight of every training pair, indexed by sample index.

@@ -32,7 +32,7 @@ from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.weighted.memory_bank import MemoryBank, build_memory_bank
-from ugncl.methods.weighted.npc import BANK_STREAM, BankSiamese
+from ugncl.methods.weighted.npc import BANK_STREAM, BankExtras, BankSiamese
 from ugncl.methods.weighted.passes import scan_training_set, untrained_start_error
 from ugncl.methods.weighted.weights import (
     auto_sdd_thresholds,
@@ -50,7 +50,11 @@ GMM_STREAM = 3  # RNG stream of the per-epoch similarity pass
 class SDDConfig:
     """SDD (``method.sdd``); thresholds on the model's logit-scaled scale."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"thresholds": ("fixed", "auto")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "thresholds": ("fixed", "auto"),
+        "ratio_grouping": ("direction", "bank"),
+        "image_neighbour": ("image_itself", "other_image"),
+    }
 
     alpha: float = 20.0  # self-drop: sim <= alpha (release, x100 scale)
     beta: float = 30.0  # bank clean set: sim > beta (release)
@@ -61,6 +65,8 @@ class SDDConfig:
     gmm_tol: float = 1e-2
     gmm_reg_covar: float = 5e-4
     pass_batch_size: int | None = 512
+    ratio_grouping: str = "direction"  # bank = release (main_SDD_sim.py:230)
+    image_neighbour: str = "image_itself"  # other_image: exclude every pair of the query image
     siamese_lr: float | None = None
     siamese_reset_state: bool = False
     siamese_beta1: float = 0.9
@@ -81,7 +87,8 @@ class SDDMethod(CLIPMethod):
         auto_alpha_std, auto_beta_std: offsets of the auto mode, in standard deviations.
         gmm_max_iter, gmm_tol, gmm_reg_covar: the per-epoch GMM (release: 10, 1e-2, 5e-4).
         pass_batch_size: batch size of the bank and per-epoch passes (release 512).
-        siamese_*: see :class:`ugncl.methods.weighted.npc.NPCMethod`.
+        ratio_grouping, image_neighbour, siamese_*: see
+            :class:`ugncl.methods.weighted.npc.NPCMethod` (SDD Eq. 9-10 group by direction).
         bank_file: file name in the run directory (reused on resume).
     """
 
@@ -102,6 +109,8 @@ class SDDMethod(CLIPMethod):
         gmm_tol: float,
         gmm_reg_covar: float,
         pass_batch_size: int | None,
+        ratio_grouping: str,
+        image_neighbour: str,
         siamese_lr: float | None,
         siamese_reset_state: bool,
         siamese_beta1: float,
@@ -120,9 +129,11 @@ class SDDMethod(CLIPMethod):
         self.gmm = dict(max_iter=gmm_max_iter, tol=gmm_tol, reg_covar=gmm_reg_covar)
         self.pass_batch_size = pass_batch_size
         self.bank_file = bank_file
+        self.image_neighbour = image_neighbour
         self.core = BankSiamese(
             siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
             betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
+            grouping=ratio_grouping,
         )  # fmt: skip
         self._clean: np.ndarray | None = None
         self.consistency: np.ndarray | None = None  # (N,) this epoch's GMM weight
@@ -168,7 +179,7 @@ class SDDMethod(CLIPMethod):
             clean = bank_clean_mask(scan.diag, self.beta)
             bank = build_memory_bank(
                 clean, scan.image_emb, scan.caption_emb, scan.image_index, scan.diag,
-                device=ctx.device,
+                device=ctx.device, image_neighbour=self.image_neighbour,
             )  # fmt: skip
             self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
             if is_main_process():  # every rank holds the bank; rank 0 writes it
@@ -217,6 +228,9 @@ class SDDMethod(CLIPMethod):
             return None
         return kept
 
+    def prefetch_samples(self) -> BankExtras | None:
+        return None if self.core.bank is None else BankExtras(self.core.bank)
+
     def trainable_parameters(self, model: nn.Module):
         return [p for p in model.parameters() if p.requires_grad]
 
@@ -228,7 +242,7 @@ class SDDMethod(CLIPMethod):
         w_con = torch.as_tensor(
             self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
         )
-        view = self.core.bank_view(batch)
+        view = self.core.bank_view(batch, getattr(step, "extra", None))
         img, cap, per = self.core.encode_batch(model, batch)
         lr = getattr(step, "lr", None)
         w_sig, res = self.core.significance(model, view, per, w_con, lr, None, (img, cap))

@@ -7,6 +7,7 @@ Sources: NPC's, SDD's and OSA's released training code and papers (docs/methods/
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -34,25 +35,58 @@ OSAScoring = Literal["paper", "released"]
 # ------------------------------------------------------------------------------- NPC / SDD
 
 
+RatioGrouping = Literal["direction", "bank"]
+
+
 def significance_ratio(
-    before_img: Tensor, after_img: Tensor, before_txt: Tensor, after_txt: Tensor, eps: float = 1e-8
+    before: Sequence[Tensor],
+    after: Sequence[Tensor],
+    grouping: RatioGrouping = "direction",
+    eps: float = 1e-8,
 ) -> Tensor:
-    """``r_k = (L_I^b/L_I^a + L_T^b/L_T^a) / 2`` (NPC main_NPC.py:181, SDD :230).
+    """NPC/SDD ratio ``r_k`` of the bank losses before and after the siamese step.
+
+    The four loss vectors are, in order, ``(img_i2t, img_t2i, txt_i2t, txt_t2i)``: the
+    image-to-text and text-to-image cross-entropy of the image-bank pair and of the text-bank
+    pair of every sample.
+
+    * ``"direction"`` (paper; NPC Eq. 6-7, SDD Eq. 9-10): ``p_k = CE_i2t(image entry) +
+      CE_i2t(text entry)``, ``q_k`` the text-to-image counterpart, ``r_k = (p^b/p^a + q^b/q^a)
+      / 2``.
+    * ``"bank"`` (the releases, NPC main_NPC.py:181, SDD :230): ``L_I = (CE_i2t + CE_t2i)/2``
+      of the image entry, ``L_T`` of the text entry, ``r_k = (L_I^b/L_I^a + L_T^b/L_T^a) / 2``.
+
+    They differ when one entry's loss is small and moves a lot while the other's is large:
+    image entry 0.2 -> 0.1 and text entry 4.0 -> 4.6 give bank ``r = 1.43`` (w = 1) but
+    direction ``r = 0.894`` (w = 0.713): the paper weighs the entries by their loss, the
+    release by their relative change.
 
     Each ratio is ``(before + eps) / (after + eps)``: the release has no epsilon and divides by
-    zero when a bank loss reaches 0; with the guard an unchanged zero loss gives ratio 1.
+    zero when a loss reaches 0; with the guard an unchanged zero loss gives ratio 1.
 
     Args:
-        before_img, after_img: ``(K,)`` image-bank losses before/after the siamese step.
-        before_txt, after_txt: ``(K,)`` text-bank losses before/after the siamese step.
+        before, after: four ``(K,)`` loss vectors each (order above).
+        grouping: ``"direction"`` or ``"bank"``.
 
     Returns:
         ``(K,)`` ratios (no gradient).
     """
+    if len(before) != 4 or len(after) != 4:
+        raise ValueError("significance_ratio needs (img_i2t, img_t2i, txt_i2t, txt_t2i) twice")
     with torch.no_grad():
-        ri = (before_img.float() + eps) / (after_img.float() + eps)
-        rt = (before_txt.float() + eps) / (after_txt.float() + eps)
-        return 0.5 * (ri + rt)
+        b = [t.float() for t in before]
+        a = [t.float() for t in after]
+        if grouping == "direction":
+            first_b, first_a = b[0] + b[2], a[0] + a[2]  # p: image-to-text over both entries
+            second_b, second_a = b[1] + b[3], a[1] + a[3]  # q: text-to-image
+        elif grouping == "bank":
+            first_b, first_a = 0.5 * (b[0] + b[1]), 0.5 * (a[0] + a[1])  # L_I
+            second_b, second_a = 0.5 * (b[2] + b[3]), 0.5 * (a[2] + a[3])  # L_T
+        else:
+            raise ValueError(f"grouping must be 'direction' or 'bank', got {grouping!r}")
+        r1 = (first_b + eps) / (first_a + eps)
+        r2 = (second_b + eps) / (second_a + eps)
+        return 0.5 * (r1 + r2)
 
 
 def npc_weight(r: Tensor) -> Tensor:
@@ -65,10 +99,13 @@ def npc_weight(r: Tensor) -> Tensor:
 
 
 def significance_weight(
-    before_img: Tensor, after_img: Tensor, before_txt: Tensor, after_txt: Tensor, eps: float = 1e-8
+    before: Sequence[Tensor],
+    after: Sequence[Tensor],
+    grouping: RatioGrouping = "direction",
+    eps: float = 1e-8,
 ) -> Tensor:
-    """NPC/SDD significance weight ``(K,)`` from the four bank-loss vectors."""
-    return npc_weight(significance_ratio(before_img, after_img, before_txt, after_txt, eps))
+    """NPC/SDD significance weight ``(K,)`` from the bank losses (:func:`significance_ratio`)."""
+    return npc_weight(significance_ratio(before, after, grouping, eps))
 
 
 # ------------------------------------------------------------------------------------ GMM

@@ -37,21 +37,47 @@ def _tables():
 def test_known_neighbours_query_excluded():
     image_emb, caption_emb = _tables()
     clean = np.ones(6, dtype=bool)
-    bank = build_memory_bank(clean, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6))
+    bank = build_memory_bank(
+        clean, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6), image_neighbour="other_image"
+    )
     # Image 0 (0 deg): its own pairs (0, 1) are excluded; nearest other image is 1 (10 deg),
     # first sample of image 1 is 2. Image 1 -> image 0 (sample 0). Image 2 (90) -> image 1.
-    assert bank.image_bank.tolist() == [0 + 2, 0, 2]
+    # One entry per sample: siblings share their image's neighbour.
+    assert bank.image_bank.tolist() == [2, 2, 0, 0, 2, 2]
     # Captions (nearest angle among the others): 0 (0) -> 2 (12); 1 (45) -> 2 (12, 33 deg away;
     # 80 is 35 away); 2 (12) -> 0; 3 (80) -> 4 (88); 4 (88) -> 3; 5 (180) -> 4 (88, 92 away).
     assert bank.text_bank.tolist() == [2, 2, 0, 4, 3, 4]
     assert (bank.text_bank != np.arange(6)).all()  # never the query itself
 
 
+def test_image_itself_is_the_nearest_clean_neighbour_through_a_clean_sibling():
+    # The papers' reading (default): only the sample's own pair is excluded, so an image whose
+    # sibling caption is clean finds itself (cosine 1) through that sibling.
+    image_emb, caption_emb = _tables()
+    clean = np.array([True, False, False, True, True, True])  # samples 1 and 2 noisy
+    bank = build_memory_bank(clean, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6))
+    assert bank.image_neighbour == "image_itself"
+    # 0: its sibling 1 is not clean -> nearest other image 1 via its clean pair 3 (10 deg);
+    # 1 (noisy): its image's clean pair 0; 2 (noisy): image 1's clean pair 3; 3: the only clean
+    # pair of image 1 is itself -> image 0 (sample 0); 4 <-> 5 siblings.
+    assert bank.image_bank.tolist() == [3, 0, 3, 0, 5, 4]
+    assert (bank.image_bank != np.arange(6)).all()  # never the sample's own pair
+    other = build_memory_bank(
+        clean, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6), image_neighbour="other_image"
+    )
+    assert other.image_bank.tolist() == [3, 3, 0, 0, 3, 3]  # never the query's image
+    with pytest.raises(ValueError, match="image_neighbour"):
+        build_memory_bank(clean, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6),
+                          image_neighbour="self")  # fmt: skip
+
+
 def test_only_clean_keys_are_returned_and_norms_do_not_matter():
     image_emb, caption_emb = _tables()  # image 1 rows have norm 3: normalised keys ignore it
     clean = np.array([True, True, False, False, True, True])  # image 1 is not clean
-    bank = build_memory_bank(clean, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6))
-    assert bank.image_bank.tolist() == [4, 0, 0]  # image 0 -> image 2 (90 deg), not image 1
+    bank = build_memory_bank(
+        clean, image_emb, caption_emb, IMAGE_INDEX, np.zeros(6), image_neighbour="other_image"
+    )
+    assert bank.image_bank.tolist() == [4, 4, 0, 0, 0, 0]  # image 0 -> image 2, not image 1
     assert clean[bank.text_bank].all()
     # Keys 0 (0), 1 (45), 4 (88), 5 (180): 0 -> 1; 1 (45) -> 4 (43 away; 0 is 45 away); 2 -> 0;
     # 3 (80) -> 4; 4 (88) -> 1 (43 away); 5 (180) -> 4 (92 away; 45 is 135 away).
@@ -109,6 +135,12 @@ def test_save_load_roundtrip_and_consistency_checks(tmp_path):
     np.savez(tmp_path / "bad.npz", **bad)
     with pytest.raises(ValueError, match="outside the clean set"):
         MemoryBank.load(tmp_path / "bad.npz")
+    old = dict(np.load(path))  # an older file: one image-bank entry per image, no setting
+    old["image_bank"] = old["image_bank"][[0, 2, 4]]
+    del old["image_neighbour"]
+    np.savez(tmp_path / "old.npz", **old)
+    with pytest.raises(ValueError, match="delete it to rebuild"):
+        MemoryBank.load(tmp_path / "old.npz")
 
 
 def test_lookup_by_sample_index_not_subset_position():
@@ -119,7 +151,7 @@ def test_lookup_by_sample_index_not_subset_position():
     img_side, txt_side = bank.lookup(index, torch.as_tensor(IMAGE_INDEX[[3, 5]]))
     assert txt_side.tolist() == [bank.text_bank[3], bank.text_bank[5]]
     assert txt_side.tolist() != bank.text_bank[[0, 1]].tolist()  # the release's position lookup
-    assert img_side.tolist() == [bank.image_bank[1], bank.image_bank[2]]
+    assert img_side.tolist() == [bank.image_bank[3], bank.image_bank[5]]
 
 
 def test_empty_or_single_image_clean_set_is_a_clear_error():

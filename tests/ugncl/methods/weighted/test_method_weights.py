@@ -26,25 +26,56 @@ def test_npc_weight_tanh_below_one_else_one():
     assert torch.allclose(w, torch.tensor([math.tanh(0.5), math.tanh(0.999), 1.0, 1.0]))
 
 
-def test_significance_ratio_mean_of_two_ratios():
-    # image ratios 2/1 = 2 and 1/2 = 0.5; text ratios 1/1 = 1 and 3/1 = 3.
-    r = significance_ratio(
-        torch.tensor([2.0, 1.0]), torch.tensor([1.0, 2.0]),
-        torch.tensor([1.0, 3.0]), torch.tensor([1.0, 1.0]),
-    )  # fmt: skip
+def _both(x):
+    """Equal image-to-text and text-to-image loss per entry: ``(i2t, t2i)`` of one bank pair."""
+    x = torch.as_tensor(x, dtype=torch.float32)
+    return x, x
+
+
+def test_significance_ratio_bank_grouping_mean_of_two_ratios():
+    # The releases' grouping: image ratios 2/1 = 2 and 1/2 = 0.5; text ratios 1/1 and 3/1.
+    before = (*_both([2.0, 1.0]), *_both([1.0, 3.0]))
+    after = (*_both([1.0, 2.0]), *_both([1.0, 1.0]))
+    r = significance_ratio(before, after, "bank")
     assert torch.allclose(r, torch.tensor([1.5, 1.75]))
     # r = (0.5 + 0.5) / 2 = 0.5 < 1 -> tanh(0.5)
-    w = significance_weight(*(torch.tensor([x]) for x in (1.0, 2.0, 1.0, 2.0)))
+    w = significance_weight((*_both([1.0]), *_both([1.0])), (*_both([2.0]), *_both([2.0])), "bank")
     assert w.item() == pytest.approx(math.tanh(0.5))
+
+
+def test_significance_ratio_grouped_by_direction_worked_example():
+    # Image entry 0.2 -> 0.1, text entry 4.0 -> 4.6 (each direction alike). Paper (NPC Eq. 6-7,
+    # SDD Eq. 9-10): p = 0.2 + 4.0 -> 0.1 + 4.6, r = 4.2 / 4.7 = 0.894, w = tanh(r) = 0.713.
+    # The releases' bank grouping: r = (0.2/0.1 + 4.0/4.6) / 2 = 1.43, w = 1.
+    before = (*_both([0.2]), *_both([4.0]))
+    after = (*_both([0.1]), *_both([4.6]))
+    assert significance_ratio(before, after).item() == pytest.approx(4.2 / 4.7, rel=1e-6)
+    assert significance_weight(before, after).item() == pytest.approx(0.713, abs=5e-4)
+    assert significance_weight(before, after, "bank").item() == 1.0
+    # The default is the paper's grouping.
+    assert significance_weight(before, after, "direction").item() == pytest.approx(0.713, abs=5e-4)
+
+
+def test_significance_ratio_direction_pairs_the_same_direction_of_both_entries():
+    # p takes i2t of both entries, q t2i of both: swapping which entry holds a change moves
+    # the direction grouping only through the totals.
+    before = (torch.tensor([1.0]), torch.tensor([3.0]), torch.tensor([2.0]), torch.tensor([5.0]))
+    after = (torch.tensor([2.0]), torch.tensor([3.0]), torch.tensor([1.0]), torch.tensor([4.0]))
+    # p: (1 + 2) / (2 + 1) = 1; q: (3 + 5) / (3 + 4) = 8/7
+    r = significance_ratio(before, after)
+    assert r.item() == pytest.approx(0.5 * (1.0 + 8 / 7))
+    with pytest.raises(ValueError, match="grouping"):
+        significance_ratio(before, after, "other")
 
 
 def test_significance_guarded_against_zero_losses():
     z = torch.zeros(2)
-    r = significance_ratio(z, z, z, z)
-    assert torch.equal(r, torch.ones(2))  # unchanged zero loss: ratio 1, weight 1
-    r = significance_ratio(torch.ones(2), z, torch.ones(2), z)
-    assert torch.isfinite(r).all() and (r > 1).all()
-    assert torch.equal(npc_weight(r), torch.ones(2))
+    for grouping in ("direction", "bank"):
+        r = significance_ratio((z,) * 4, (z,) * 4, grouping)
+        assert torch.equal(r, torch.ones(2))  # unchanged zero loss: no information, weight 1
+        r = significance_ratio((torch.ones(2),) * 4, (z,) * 4, grouping)
+        assert torch.isfinite(r).all() and (r > 1).all()
+        assert torch.equal(npc_weight(r), torch.ones(2))
 
 
 def test_gmm_posterior_picks_components_by_mean():

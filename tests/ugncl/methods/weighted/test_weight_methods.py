@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ugncl.framework.optim import build_optimizer
-from ugncl.methods.infonce import info_nce_per_sample
+from ugncl.methods.infonce import info_nce_directions, info_nce_per_sample
 from ugncl.methods.weighted.npc import NPCMethod, adamw_factory, pair_logits
 from ugncl.methods.weighted.osa import OSAMethod
 from ugncl.methods.weighted.sdd import SDDMethod
@@ -150,10 +150,10 @@ def test_siamese_step_that_hurts_the_bank_gives_weight_below_one():
 
     def bank(m):
         per = info_nce_per_sample(pair_logits(m, bank_batch))
-        return per, per
+        return per, per, per, per
 
     res = sia.one_step(model, lambda m: -bank(m)[0].mean(), bank)  # a step against the bank
-    w = significance_weight(res.before[0], res.after[0], res.before[1], res.after[1])
+    w = significance_weight(res.before, res.after)
     assert (w < 1).all() and torch.allclose(w, torch.tanh(res.before[0] / res.after[0]), atol=1e-6)
 
 
@@ -245,8 +245,9 @@ def test_npc_bank_loss_trains_the_model(tmp_path):
     released, ctx2, model2, _ = _npc(tmp_path / "r", bank_loss="released")
     out = released.training_step(model2, ctx2.fetch(np.arange(6)), _step())
     assert not out["loss_bank"].requires_grad  # the release's L_MB: a constant
-    record = npc.on_epoch_start(ctx, 1)
+    record = npc.on_epoch_end(ctx, 0)
     assert record is not None and "weight_auc" in record
+    assert npc.on_epoch_start(ctx, 1) is None and npc.on_epoch_end(ctx, 1) is None  # recorded once
 
 
 # -------------------------------------------------------------------------------------- SDD
@@ -270,12 +271,12 @@ def test_sdd_drops_and_looks_up_by_sample_index(tmp_path):
     batch = ctx.fetch(kept[:6])
     ctx.fetched.clear()
     views, real_view = [], sdd.core.bank_view
-    sdd.core.bank_view = lambda b: views.append(real_view(b)) or views[-1]
+    sdd.core.bank_view = lambda b, e=None: views.append(real_view(b, e)) or views[-1]
     out = sdd.training_step(model, batch, _step())
     img_side, txt_side = views[0].plan.bank_ids.tolist()
     bank = sdd.core.bank
     assert txt_side == bank.text_bank[kept[:6]].tolist()  # by sample index, not position 0..5
-    assert img_side == bank.image_bank[ctx.image_index[kept[:6]]].tolist()
+    assert img_side == bank.image_bank[kept[:6]].tolist()
     # Only the bank samples the batch lacks are fetched, each once.
     lacking = sorted(set(img_side + txt_side) - set(kept[:6].tolist()))
     assert ctx.fetched == ([lacking] if lacking else [])
@@ -294,7 +295,7 @@ def test_osa_weights_once_cached_and_sample_indexed(tmp_path):
     osa = OSAMethod(pass_batch_size=8)
     record = osa.setup(ctx)
     assert (tmp_path / "osa_weights.npz").exists()
-    assert record["logit_scale"] == pytest.approx(10.0) and "weight_auc" in record
+    assert record["logit_scale"] == pytest.approx(10.0, rel=1e-3) and "weight_auc" in record
     w = osa.sample_weights()
     assert w.shape == (ctx.num_samples,) and np.isfinite(w).all() and (w >= 0).all()
     batch = ctx.fetch(np.array([3, 0, 7]))
@@ -309,6 +310,56 @@ def test_osa_weights_once_cached_and_sample_indexed(tmp_path):
     again.setup(ctx)
     assert np.array_equal(again.sample_weights(), w)
     assert len(list(osa.parameters())) == 0  # the estimator is released after setup
+
+
+def test_osa_beta_from_random_inputs_and_adaptation(tmp_path):
+    # Eq. 4: beta is the estimator's mean score of random-input pairs (noise images, random
+    # token ids), recomputable from the run's seed; the mismatched-pair reading is a switch.
+    from ugncl.methods.weighted.osa import RANDOM_INPUT_BATCHES, random_input_shift
+
+    runs = {}
+    for name, kw in {
+        "paper": {},
+        "mismatched": {"beta_source": "mismatched_pairs", "adapt": False},
+        "no_adapt": {"adapt": False},
+    }.items():
+        (tmp_path / name).mkdir()
+        model = TinyClip()
+        ctx = FakeContext(model, tmp_path / name)
+        osa = OSAMethod(pass_batch_size=8, adapt_lr=5e-2, adapt_threshold=0.5, **kw)
+        runs[name] = (osa, osa.setup(ctx), ctx)
+    osa, record, ctx = runs["no_adapt"]
+    gen = torch.Generator().manual_seed(0)
+    est = TinyClip()  # the start: no adaptation
+    means = [random_input_shift(est, b, gen)[0] for b in ctx.batches(0, 8, 4)]
+    assert record["beta"] == pytest.approx(np.mean(means[:RANDOM_INPUT_BATCHES]))
+    assert record["beta"] != pytest.approx(record["mismatched_mean"])
+    mis = runs["mismatched"][1]
+    assert mis["beta"] == pytest.approx(mis["mismatched_mean"])
+    # Adaptation (default): a strict clean set, then warm-up steps; the scores move.
+    paper = runs["paper"][1]
+    assert paper["adapt_clean"] > 0 and paper["adapt_steps"] > 0
+    assert not np.allclose(runs["paper"][0].sim, osa.sim)
+    assert "adapt_clean" not in record
+
+
+def test_osa_beta_at_random_level_silences_noisy_pairs_in_simulation():
+    # Mismatched real pairs ~15 +- 3, clean pairs ~30 +- 4 (x100 scale). beta at the mismatched
+    # mean (15) leaves half of the noisy pairs a positive weight; a beta where the two
+    # distributions cross (22, about where random-input pairs sit in the paper's Table 1:
+    # 0.215) leaves ~1% while nearly every clean pair keeps one.
+    from ugncl.methods.weighted.weights import osa_weights
+
+    g = torch.Generator().manual_seed(0)
+    noisy = 15 + 3 * torch.randn(20000, generator=g)
+    clean = 30 + 4 * torch.randn(20000, generator=g)
+
+    def positive(sims, beta):
+        return float((osa_weights(sims, beta) > 0).float().mean())
+
+    pos = {b: (positive(noisy, b), positive(clean, b)) for b in (15.0, 22.0)}
+    assert 0.45 < pos[15.0][0] < 0.55
+    assert pos[22.0][0] < 0.015 and pos[22.0][1] > 0.97
 
 
 def test_osa_no_nan_when_no_pair_exceeds_beta(tmp_path):
@@ -410,10 +461,13 @@ def test_osa_missing_estimator_checkpoint_is_a_user_error(tmp_path):
 class ReferenceNPC:
     """NPC's per-batch procedure written out plainly (paper; docs/methods/weighted.md): a siamese
     model loaded from the model's state, bank losses before, one AdamW step on the batch's mean
-    InfoNCE, bank losses after, ``w``, and ``mean(w * InfoNCE) + L_MB`` with the model."""
+    InfoNCE, bank losses after, ``r`` grouped by direction (NPC Eq. 6-7: ``p`` the
+    image-to-text cross-entropies of both bank entries, ``q`` the text-to-image ones; with
+    ``grouping="bank"`` the release's per-entry ratios), ``w``, and ``mean(w * InfoNCE) +
+    L_MB`` with the model."""
 
-    def __init__(self, model, bank, fetch, lr):
-        self.bank, self.fetch, self.lr = bank, fetch, lr
+    def __init__(self, model, bank, fetch, lr, grouping="direction"):
+        self.bank, self.fetch, self.lr, self.grouping = bank, fetch, lr, grouping
         self.siamese = copy.deepcopy(model)
         # torch's plain per-tensor AdamW (the method's copy runs the fused kernel)
         self.opt = build_optimizer(
@@ -426,30 +480,37 @@ class ReferenceNPC:
         banks = self.fetch(img_side), self.fetch(txt_side)
         self.siamese.load_state_dict(model.state_dict())
         with torch.no_grad():
-            before = [info_nce_per_sample(pair_logits(self.siamese, b)) for b in banks]
+            before = [info_nce_directions(pair_logits(self.siamese, b)) for b in banks]
         self.opt.zero_grad()
         info_nce_per_sample(pair_logits(self.siamese, batch)).mean().backward()
         self.opt.step()
         with torch.no_grad():
-            after = [info_nce_per_sample(pair_logits(self.siamese, b)) for b in banks]
-        r = (before[0] / after[0] + before[1] / after[1]) / 2
+            after = [info_nce_directions(pair_logits(self.siamese, b)) for b in banks]
+        (bi2t, bt2i), (bti2t, btt2i) = before
+        (ai2t, at2i), (ati2t, att2i) = after
+        if self.grouping == "direction":  # p over both entries' i2t, q over their t2i
+            r = ((bi2t + bti2t) / (ai2t + ati2t) + (bt2i + btt2i) / (at2i + att2i)) / 2
+        else:  # the releases: symmetric InfoNCE of each entry
+            r = ((bi2t + bt2i) / (ai2t + at2i) + (bti2t + btt2i) / (ati2t + att2i)) / 2
         w = torch.where(r < 1, torch.tanh(r), torch.ones_like(r))
         per = info_nce_per_sample(pair_logits(model, batch))
         bank_loss = sum(info_nce_per_sample(pair_logits(model, b)).mean() for b in banks)
         return w, (w * per).mean() + bank_loss
 
 
-def test_npc_step_equals_the_papers_procedure_over_steps(tmp_path):
+@pytest.mark.parametrize("grouping", ["direction", "bank"])
+def test_npc_step_equals_the_papers_procedure_over_steps(tmp_path, grouping):
     # The optimised step (shared forward, autograd.grad for the siamese step, in-place sync,
     # each distinct bank image and caption encoded once) gives the reference's weights, loss
     # and gradients, step after step (the siamese AdamW moments carry over in both).
-    npc, ctx, model, _ = _npc(tmp_path)
+    npc, ctx, model, _ = _npc(tmp_path, ratio_grouping=grouping)
     ref_model = copy.deepcopy(model)
-    ref = ReferenceNPC(ref_model, npc.core.bank, ctx.fetch, lr=1e-2)
+    ref = ReferenceNPC(ref_model, npc.core.bank, ctx.fetch, lr=1e-2, grouping=grouping)
     opts = [torch.optim.AdamW(m.parameters(), lr=5e-2) for m in (model, ref_model)]
     views, real_view = [], npc.core.bank_view
-    npc.core.bank_view = lambda b: views.append(real_view(b)) or views[-1]
+    npc.core.bank_view = lambda b, e=None: views.append(real_view(b, e)) or views[-1]
     order = np.random.default_rng(0).permutation(ctx.num_samples)
+    seen = []
     for i in range(4):
         batch = ctx.fetch(order[(6 * i) % 24 : (6 * i) % 24 + 6])
         out = npc.training_step(model, batch, _step())
@@ -457,6 +518,7 @@ def test_npc_step_equals_the_papers_procedure_over_steps(tmp_path):
         loss = out["loss"] + out["loss_bank"]
         ref_w, ref_loss = ref.step(ref_model, batch)
         assert torch.allclose(w, ref_w, atol=1e-5), (i, w, ref_w)
+        seen.append(w)
         assert torch.allclose(loss, ref_loss, atol=1e-5)
         for opt, total in zip(opts, (loss, ref_loss)):
             opt.zero_grad()
@@ -464,9 +526,69 @@ def test_npc_step_equals_the_papers_procedure_over_steps(tmp_path):
             opt.step()
         for p, q in zip(model.parameters(), ref_model.parameters()):
             assert torch.allclose(p, q, atol=1e-5)
-    assert (w < 1).any()  # a weight below one was reproduced, not only w = 1
+    assert (torch.cat(seen) < 1).any()  # a weight below one was reproduced, not only w = 1
     plans = [v.plan for v in views]
     k = 6
     assert any((p.cap_rows < k).any() for p in plans)  # bank pairs shared with the batch ...
     assert any((p.cap_rows >= k).any() for p in plans)  # ... and fetched ones
     assert sum(p.extra_samples.size for p in plans) < sum(p.bank_ids.size for p in plans)
+
+
+# ------------------------------------------------------------------- mixed precision (bf16)
+
+
+def test_siamese_ratio_under_bf16_autocast_agrees_with_fp32(tmp_path):
+    # Under autocast (train.amp: auto on CUDA) a small siamese step moves the bank losses by
+    # less than bf16 resolves; the copy's before pass, step and after pass run in fp32, so r
+    # under autocast is r in fp32. CPU autocast to bf16 emulates the CUDA path here.
+    from ugncl.methods.weighted.weights import significance_ratio
+
+    def ratios(npc, model, autocast):
+        out = []
+        for start in range(0, 24, 8):
+            batch = ctx.fetch(np.arange(start, start + 8))
+            ac = (
+                torch.autocast("cpu", dtype=torch.bfloat16)
+                if autocast
+                else contextlib.nullcontext()
+            )
+            with ac:
+                view = npc.core.bank_view(batch)
+                img, cap, per = npc.core.encode_batch(model, batch)
+                _, res = npc.core.significance(model, view, per, None, None, None, (img, cap))
+            out.append(significance_ratio(res.before, res.after))
+        return torch.cat(out)
+
+    runs = []
+    for name, autocast in (("fp32", False), ("bf16", True)):
+        (tmp_path / name).mkdir()
+        model = TinyClip()
+        ctx = FakeContext(model, tmp_path / name)
+        npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=3e-5)
+        npc.setup(ctx)
+        runs.append(torch.cat([ratios(npc, model, autocast) for _ in range(3)]))
+    r32, r16 = runs
+    assert (r32 != 1).all()
+    agree = ((r32 - 1).sign() == (r16 - 1).sign()).float().mean().item()
+    assert agree == 1.0, agree
+    assert torch.allclose(r32, r16, atol=1e-5)
+
+
+def test_bank_pairs_prefetched_by_the_loader_are_not_fetched_again(tmp_path):
+    # The trainer's loader decodes Method.prefetch_samples(batch) with the batch (in its
+    # workers) and passes them as StepContext.extra; the step then fetches nothing itself and
+    # computes what it computes when fetching.
+    import pickle
+
+    npc, ctx, model, _ = _npc(tmp_path)
+    prefetch = pickle.loads(pickle.dumps(npc.prefetch_samples()))  # crosses to loader workers
+    batch = ctx.fetch(np.arange(6))
+    ref = copy.deepcopy(npc)
+    extra = ctx.fetch(prefetch(np.arange(6)))
+    ctx.fetched.clear()
+    step = type("S", (), {"epoch": 0, "global_step": 0, "warmup": False, "lr": 1e-2,
+                          "extra": extra})()  # fmt: skip
+    out = npc.training_step(model, batch, step)
+    assert ctx.fetched == []  # nothing decoded in the step
+    expected = ref.training_step(model, batch, _step())  # fetches them itself (its own ctx copy)
+    assert torch.allclose(out["loss"], expected["loss"])

@@ -53,8 +53,8 @@ def test_method_trains_through_the_trainer_with_detection_records(
     if method in ("npc", "sdd"):
         assert setup["bank_keys"] > 0
         assert {"bank_weight_auc", "bank_noisy_precision", "bank_noisy_f1"} <= set(setup)
-    if method == "npc":  # the significance weights of epoch 0, recorded at epoch 1
-        assert [r["epoch"] for r in detection] == [1]
+    if method == "npc":  # the significance weights each epoch applied, at its end
+        assert [(r["epoch"], r["at"]) for r in detection] == [(0, "end"), (1, "end")]
     else:
         assert [r["epoch"] for r in detection] == [0, 1]
     for r in detection:
