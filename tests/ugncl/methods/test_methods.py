@@ -52,14 +52,30 @@ def test_triplet_uses_all_negatives_only_in_warmup() -> None:
     assert warm > main  # summing over all negatives >= the hardest one alone
 
 
-def test_ugncl_warmup_step_needs_no_division_but_main_step_does() -> None:
+@pytest.mark.parametrize("warmup_loss", ["hinge_all", "released"])
+def test_ugncl_warmup_step_needs_no_division_but_main_step_does(warmup_loss: str) -> None:
     model, batch = tiny_batch(views=2)
-    method = UGNCLMethod(lambda_min=2)
+    model.eval()  # no dropout: the same raw scores for both calls
+    method = UGNCLMethod(lambda_min=2, warmup_loss=warmup_loss)
     terms = method.training_step(model, batch, ctx(warmup=True))
-    assert {"loss_edl", "loss_trl"} <= set(terms)
+    if warmup_loss == "released":
+        assert {"loss_edl", "loss_trl"} <= set(terms)
+    else:  # the default: the hinge over all negatives, as the plain model's warm-up
+        raw = model(batch.images, batch.captions, batch.lengths)
+        expected = triplet_objective(raw, margin=0.2, max_violation=False)
+        torch.testing.assert_close(terms, expected)
     assert all(torch.isfinite(v).all() for v in terms.values())
     with pytest.raises(RuntimeError, match="without a division"):
         method.training_step(model, batch, ctx(warmup=False, epoch=1))
+
+
+def test_ugncl_rejects_unknown_warmup_and_start_rules() -> None:
+    from ugncl.framework.config import ConfigError
+
+    with pytest.raises(ConfigError, match="warmup_loss"):
+        UGNCLMethod(warmup_loss="nope")
+    with pytest.raises(ConfigError, match="division_start"):
+        UGNCLMethod(division_start="nope")
 
 
 @pytest.mark.parametrize(("anneal", "epoch", "expected"), [(0, 0, 0.1), (0, 5, 0.1), (4, 0, 0.0),
