@@ -45,6 +45,7 @@ from ugncl.methods.ugncl.start import label_logits, should_start_division, two_m
 
 logger = logging.getLogger(__name__)
 
+XI2_TIMES_K = 0.8 * 128  # the paper's xi2 at its batch of 128 (Eq. 18)
 DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses stream 0)
 
 
@@ -81,7 +82,8 @@ class UGNCLConfig:
     # xi2 (paper; released 0.2). The paper's 0.8 is set at K = 128: L_t is summed over the
     # batch's anchors and L_e averaged, so a config at another batch keeps xi2 * K = 102.4
     # (README "UGNCL equations", "The KL brake").
-    trl_weight: float = 0.8
+    # null (default): 102.4 / K, the paper's xi2 * K at every batch size K (0.8 at K = 128).
+    trl_weight: float | None = None
     margin: float = 0.2  # gamma
     margin_base: float = 10.0  # m of the soft margin
     # Delta of Eq. 17; paper 10. 0 (f_C = f_N = 1/2) is our default: with u ~ 1 for every pair
@@ -199,7 +201,7 @@ class UGNCLMethod(Method):
         epsilon: float = 0.5,
         soft_label: str = "top_rival",
         kl_weight: float = 0.1,
-        trl_weight: float = 0.8,
+        trl_weight: float | None = None,
         margin: float = 0.2,
         margin_base: float = 10.0,
         trust_delta: float = 0.0,
@@ -411,7 +413,7 @@ class UGNCLMethod(Method):
             floor=self.floor,
             function=self.evidence,
             kl_weight=self.kl_weight_at(ctx.epoch),
-            trl_weight=self.trl_weight,
+            trl_weight=self.trl_weight_at(raw.shape[-1]),
             gamma=self.margin,
             evidential=self.evidential_loss,
             centring=self.centring,
@@ -446,6 +448,14 @@ class UGNCLMethod(Method):
         (Eqs. 4-11 on the training forward's scores, detached; rivals = this batch)."""
         if self._recorded is not None:
             self._recorded.add(batch.index.cpu(), self.divide(raw.detach(), lam))
+
+    def trl_weight_at(self, k: int) -> float:
+        """xi2 of a batch of ``k`` pairs: the set value, or (null) ``XI2_TIMES_K / k``.
+
+        ``L_t`` is summed over the batch's anchors and ``L_e`` averaged over its queries, so
+        each anchor's hinge weighs xi2 against 1/K of ``L_e``; the paper's 0.8 is set at
+        K = 128 (README "UGNCL equations", "The KL brake")."""
+        return XI2_TIMES_K / k if self.trl_weight is None else self.trl_weight
 
     def kl_weight_at(self, epoch: int) -> float:
         """xi1, optionally annealed as in Sensoy et al. (2018): ``xi1 * min(1, epoch / n)``.
