@@ -126,22 +126,24 @@ class UGNCLConfig:
     # over the whole training set at the epoch start, model in eval mode) | training (each
     # pair's opinion from the batch it was last trained in, recorded by the training step:
     # no extra pass, ~22% of a CPU epoch; README "UGNCL equations", "The epoch budget").
-    division_pass: str = "separate"
+    division_pass: str = "training"
     # Floor of top_rival's rival count: null = lambda_min (the division hardens with Eq. 16's
     # schedule, as the trusted robust loss); n keeps the division at >= n rivals while the
     # loss goes on to lambda_min. Measured at 12, not adopted (README "UGNCL equations",
     # "Two changes that move which runs lag").
     division_lambda_min: int | None = None
-    # Warm-up objective: hinge_all (decision: the hinge summed over all in-batch negatives on
-    # sigmoid scores, the plain model's warm-up, which learns the clean pairs fastest) |
-    # released (identity-target L_e + xi2 x the top-lambda hinge; its KL term holds every
-    # score down and the warm-up learns a fraction of what the hinge does in as many epochs).
-    warmup_loss: str = "hinge_all"
-    # When the division starts: separated (decision: at the first epoch start from
-    # train.warmup_epochs on where the soft labels' two modes are separated, Ashman's D >=
-    # start_separation, or where D fell since the previous epoch start; the epochs before
-    # are warm-up epochs) | fixed (paper: right after train.warmup_epochs).
-    division_start: str = "separated"
+    # Warm-up objective: released (identity-target L_e + xi2 x the top-lambda hinge; default) |
+    # hinge_all (the hinge summed over all in-batch negatives on sigmoid scores, the plain
+    # model's warm-up). Measured, not adopted: the hinge leaves raw scores so large that the
+    # first division marks most pairs determined, and Eq. 9's argmax then marks most clean
+    # pairs noisy (docs/research/ugncl-generalisation.md).
+    warmup_loss: str = "released"
+    # When the division starts: fixed (paper: right after train.warmup_epochs; default) |
+    # separated (at the first epoch start from train.warmup_epochs on where the soft labels'
+    # two modes are separated, Ashman's D >= start_separation, or where D fell since the
+    # previous epoch start; the epochs before are warm-up epochs). Under measurement
+    # (docs/research/ugncl-generalisation.md).
+    division_start: str = "fixed"
     start_separation: float = 2.0
 
 
@@ -215,10 +217,10 @@ class UGNCLMethod(Method):
         hard_target: str = "soft",
         centring: str = "none",
         division_source: str = "model",
-        division_pass: str = "separate",
+        division_pass: str = "training",
         division_lambda_min: int | None = None,
-        warmup_loss: str = "hinge_all",
-        division_start: str = "separated",
+        warmup_loss: str = "released",
+        division_start: str = "fixed",
         start_separation: float = 2.0,
         eval_score: str = "evidence",
     ) -> None:
@@ -478,6 +480,10 @@ class UGNCLMethod(Method):
         state["started"] = self.started
         state["deferred"] = self.deferred
         state["separations"] = list(self._separations)
+        # The labels kept since the last epoch start: a run resumed at an epoch boundary
+        # decides the start on the same opinions as an uninterrupted one.
+        labels = np.concatenate(self._start_labels) if self._start_labels else np.empty(0)
+        state["start_labels"] = torch.from_numpy(labels.astype(np.float32))
         if self._recorded is not None:
             state["recorded"] = self._recorded.result().to_state()
         return state
@@ -488,6 +494,8 @@ class UGNCLMethod(Method):
         self.started = bool(state.get("started", self.division_start == "fixed"))
         self.deferred = bool(state.get("deferred", False))
         self._separations = [float(x) for x in state.get("separations", [])]
+        labels = state.get("start_labels")
+        self._start_labels = [] if labels is None or not len(labels) else [np.asarray(labels)]
         recorded = state.get("recorded")
         if self._recorded is not None and recorded is not None:
             self._recorded = DivisionAccumulator.from_result(DivisionResult.from_state(recorded))

@@ -50,7 +50,7 @@ def _division(labels: np.ndarray) -> DivisionResult:
 def test_divide_keeps_top_rival_labels_until_the_start() -> None:
     import torch
 
-    method = UGNCLMethod()
+    method = UGNCLMethod(division_start="separated")
     raw = torch.randn(2, 8, 8)
     method.divide(raw, lam=3)
     assert len(method._start_labels) == 1 and method._start_labels[0].shape == (8,)
@@ -67,7 +67,7 @@ def test_method_defers_the_division_until_the_labels_separate(monkeypatch) -> No
     one_mode = (1 / (1 + np.exp(-rng.normal(0.0, 0.3, n)))).astype(np.float32)
     two_modes = 1 / (1 + np.exp(-np.r_[rng.normal(-4, 1, n // 2), rng.normal(4, 1, n // 2)]))
     labels = iter([one_mode, two_modes.astype(np.float32)])
-    method = UGNCLMethod(division_pass="separate")
+    method = UGNCLMethod(division_pass="separate", division_start="separated")
 
     def divide(*args, **kwargs) -> DivisionResult:
         y = next(labels)
@@ -83,8 +83,21 @@ def test_method_defers_the_division_until_the_labels_separate(monkeypatch) -> No
     assert second["dividing"] is True and not method.deferred
     assert second["start_separation"] > 2
     state = method.get_extra_state()
-    again = UGNCLMethod(division_pass="separate")
+    again = UGNCLMethod(division_pass="separate", division_start="separated")
     again.set_extra_state(state)
     assert again.started and not again.deferred
+
+
+def test_start_labels_travel_in_the_checkpoint_state() -> None:
+    """A run resumed at an epoch boundary decides the start on the labels kept before it."""
+    import torch
+
+    method = UGNCLMethod(division_start="separated")
+    method.divide(torch.randn(2, 8, 8), lam=3)
+    again = UGNCLMethod(division_start="separated")
+    again.set_extra_state(method.get_extra_state())
+    np.testing.assert_array_equal(
+        np.concatenate(again._start_labels), np.concatenate(method._start_labels)
+    )
     fixed = UGNCLMethod(division_start="fixed")
     assert fixed.started and not fixed.deferred
