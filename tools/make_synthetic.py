@@ -17,6 +17,7 @@ import time
 
 from precomputed.errors import UserError
 from precomputed.synthetic import DATASET_NAME, make_synthetic
+from precomputed.synthetic.generators import GENERATORS
 from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
 from precomputed.synthetic.writer import redraw_nuisance
 from ugncl.framework.cli import cli_main
@@ -42,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--redraw", type=int, default=1, help="which redraw of --redraw-nuisance (>= 1)"
+    )  # fmt: skip
+    p.add_argument(
+        "--generator", default="default", choices=["default", *GENERATORS],
+        help="world structure: default (scenes of 2-4 objects, additive region features, "
+        "short template captions; the knobs below) | counting (groups of 1-3 instances, "
+        "colour bound to category, empty regions, counting captions) | activity (actors "
+        "with actions, a random network of attribute conjunctions, 40%% place regions, long "
+        "sentences); the region/caption knobs apply to default only, and only default "
+        "renders images",
     )  # fmt: skip
     p.add_argument("--num-train", type=int, default=1000, help="train images")
     p.add_argument("--num-dev", type=int, default=250, help="dev images")
@@ -150,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             noise_ratios=tuple(args.noise_ratios),
             noise_seed=args.noise_seed,
             noise_subsets=tuple(args.noise_subsets),
+            generator=args.generator,
         )
     except ValueError as err:
         print(f"error: {err} (see --help)", file=sys.stderr)
@@ -163,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  vocab: {root / f'{DATASET_NAME}_vocab.json'}")
     for name, digest in world["noise_sha256"].items():
         print(f"  noise {name}: sha256 {digest}")
-    if args.image_size:
+    if args.image_size and args.generator != "default":
+        print(f"  no images rendered: the {args.generator} generator has no image renderer")
+    elif args.image_size:
         start = time.perf_counter()
         clip_root = write_clip_images(root, source=DATASET_NAME, size=args.image_size)
         print(

@@ -23,6 +23,7 @@ from ..noise import clean_image_index, make_caption_noise, noise_sha256, save_no
 from ..vocab import build_vocab
 from .captions import caption_scene
 from .features import DirectionBank, RegionRecipes, plan_regions, render_features
+from .generators import GENERATORS
 from .world import read_world_settings, sample_scenes
 
 __all__ = ["DATASET_NAME", "make_synthetic", "noise_file_name", "redraw_nuisance"]
@@ -130,6 +131,7 @@ def make_synthetic(
     noise_ratios: tuple[float, ...] = (0.2, 0.5),
     noise_seed: int = 0,
     noise_subsets: tuple[int, ...] = (1000,),
+    generator: str = "default",
 ) -> Path:
     """Generate the synthetic world; deterministic given the arguments.
 
@@ -154,6 +156,10 @@ def make_synthetic(
         noise_subsets: also write noise files for the first ``n`` train images for each ``n``
             here below ``num_train`` (the ``data.train_images`` of the synthetic configs);
             each equals the noise a run with that ``train_images`` builds from ``noise_seed``.
+        generator: ``default`` (the scene world of this module) or a name of
+            :data:`precomputed.synthetic.generators.GENERATORS` (a world of other structure;
+            the feature and caption knobs above are the default generator's and do not apply,
+            ``world.json`` records only what does).
 
     Returns:
         The data root ``out_dir`` (use it as ``data.root`` with name ``synthetic_precomp``).
@@ -174,9 +180,30 @@ def make_synthetic(
         raise ValueError(f"background must be in [0, 1), got {background}")
     sharing = _check_knob("attribute_sharing", attribute_sharing)
     partial = _check_knob("partialness", partialness)
+    if generator != "default" and generator not in GENERATORS:
+        names = ", ".join(["default", *GENERATORS])
+        raise ValueError(f"unknown generator {generator!r}; choose one of {names}")
     root = Path(out_dir)
     folder = root / DATASET_NAME
     folder.mkdir(parents=True, exist_ok=True)
+    if generator != "default":
+        all_captions = []
+        for split, n in sizes.items():
+            data = GENERATORS[generator](seed, split, n, regions=regions, dim=feature_dim)
+            np.save(folder / f"{split}_ims.npy", data.features.astype("<f4", copy=False))
+            (folder / f"{split}_caps.txt").write_text(
+                "\n".join(data.captions) + "\n", encoding="utf-8"
+            )
+            with open(folder / f"{split}_scenes.jsonl", "w", encoding="utf-8") as f:
+                for s in data.scenes:
+                    f.write(json.dumps(s, sort_keys=True) + "\n")
+            all_captions += data.captions
+        settings = {
+            "generator": generator, "num_train": num_train, "num_dev": num_dev,
+            "num_test": num_test, "seed": seed, "regions": regions, "feature_dim": feature_dim,
+            "captions_per_image": 5, "noise_seed": noise_seed,
+        }  # fmt: skip
+        return _finish_world(root, all_captions, settings, num_train, noise_ratios, noise_subsets)
     bank = DirectionBank.draw(seed, feature_dim)
     render = {"region_noise": region_noise, "nuisance": nuisance, "sparsity": sparsity,
               "scale": feature_scale}  # fmt: skip
@@ -186,6 +213,24 @@ def make_synthetic(
             folder, split, n, bank, seed=seed, regions=regions, sharing=sharing,
             partialness=partial, background=background, render=render,
         )  # fmt: skip
+    settings = {
+        "num_train": num_train, "num_dev": num_dev, "num_test": num_test, "seed": seed,
+        "regions": regions, "feature_dim": feature_dim, "region_noise": region_noise,
+        "attribute_sharing": sharing, "partialness": partial, "background": background,
+        "nuisance": nuisance, "sparsity": sparsity, "feature_scale": feature_scale,
+        "captions_per_image": 5,
+        "noise_seed": noise_seed,
+    }  # fmt: skip
+    return _finish_world(root, all_captions, settings, num_train, noise_ratios, noise_subsets)
+
+
+def _finish_world(
+    root: Path, all_captions: list[str], settings: dict, num_train: int,
+    noise_ratios: tuple[float, ...], noise_subsets: tuple[int, ...],
+) -> Path:  # fmt: skip
+    """Vocabulary, noise files and ``world.json`` (``settings`` plus the noise digests)."""
+    folder = root / DATASET_NAME
+    noise_seed = settings["noise_seed"]
     # Every word of every split: the synthetic world has no out-of-vocabulary words.
     build_vocab(all_captions, min_count=1).save(root / f"{DATASET_NAME}_vocab.json")
     subsets = sorted({int(n) for n in noise_subsets if 0 < int(n) < num_train})
@@ -197,14 +242,7 @@ def make_synthetic(
             name = noise_file_name(ratio, noise_seed, n)
             save_noise_index(folder / name, index)
             noise[name] = noise_sha256(index)
-    settings = {
-        "num_train": num_train, "num_dev": num_dev, "num_test": num_test, "seed": seed,
-        "regions": regions, "feature_dim": feature_dim, "region_noise": region_noise,
-        "attribute_sharing": sharing, "partialness": partial, "background": background,
-        "nuisance": nuisance, "sparsity": sparsity, "feature_scale": feature_scale,
-        "captions_per_image": 5,
-        "noise_seed": noise_seed, "noise_sha256": noise,
-    }  # fmt: skip
+    settings = {**settings, "noise_sha256": noise}
     (folder / "world.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     return root
 

@@ -35,14 +35,23 @@ def test_demo_generates_the_world_and_prints_every_row(demo, tmp_path, tiny_mode
     assert demo(argv) == 0
     printed = capsys.readouterr().out
     assert "generating the synthetic world" in printed
-    for name in ("clean reference", "triplet 50% noise", "UGNCL 50% noise", "oracle ceiling"):
+    for name in ("clean reference", "hinge 50% noise", "triplet 50% noise", "UGNCL 50% noise",
+                 "oracle ceiling", "stronger noisy baseline: "):  # fmt: skip
         assert name in printed
     summary = json.loads((out / "demo_summary.json").read_text())
     assert summary["world"]["num_train"] == 20 and summary["world"]["seed"] == 5
     rows = {r["method"]: r for r in summary["rows"]}
-    assert set(rows) == {"clean reference", "triplet", "UGNCL", "oracle ceiling"}
+    assert set(rows) == {"clean reference", "hinge", "triplet", "UGNCL", "oracle ceiling"}
     assert rows["UGNCL"]["noisy_f1"] is not None and rows["triplet"]["noisy_f1"] is None
-    assert set(summary["ratios"]) == {"clean/oracle", "UGNCL/clean", "UGNCL/triplet"}
+    assert set(summary["ratios"]) == {"clean/oracle", "UGNCL/clean", "UGNCL/hinge",
+                                      "UGNCL/triplet", "UGNCL/stronger noisy baseline"}  # fmt: skip
+    best = max(("hinge", "triplet"), key=lambda name: rows[name]["rsum"])
+    assert summary["stronger_noisy_baseline"] == best
+    assert summary["ratios"]["UGNCL/stronger noisy baseline"] == pytest.approx(
+        rows["UGNCL"]["rsum"] / rows[best]["rsum"]
+    )
+    hinge_cfg = (Path(rows["hinge"]["run_dir"]) / "config.yaml").read_text()
+    assert "noise_ratio: 0.5" in hinge_cfg and "name: triplet" in hinge_cfg
     clean_cfg = (Path(rows["clean reference"]["run_dir"]) / "config.yaml").read_text()
     assert "noise_ratio: 0.0" in clean_cfg and "seed: 3" in clean_cfg
     # the same root with other settings is refused, not silently reused

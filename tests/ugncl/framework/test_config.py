@@ -236,7 +236,13 @@ def test_ugncl_configs_keep_the_papers_per_anchor_loss_balance(name: str) -> Non
     config, _ = load_config(name)
     ugncl = config.method.ugncl
     assert (ugncl.kl_weight, ugncl.tau) == (0.1, 0.1)
-    assert ugncl.trl_weight * config.train.batch_size == pytest.approx(0.8 * 128)
+    from ugncl.methods.ugncl.method import UGNCLMethod
+
+    method = UGNCLMethod(trl_weight=ugncl.trl_weight)
+    assert method.trl_weight_at(config.train.batch_size) * config.train.batch_size == (
+        pytest.approx(0.8 * 128)
+    )
+    assert UGNCLMethod(trl_weight=0.5).trl_weight_at(32) == 0.5
 
 
 def _restated_defaults(tree: dict, defaults: dict, prefix: str = "") -> list[str]:

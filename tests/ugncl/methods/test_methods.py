@@ -52,14 +52,30 @@ def test_triplet_uses_all_negatives_only_in_warmup() -> None:
     assert warm > main  # summing over all negatives >= the hardest one alone
 
 
-def test_ugncl_warmup_step_needs_no_division_but_main_step_does() -> None:
+@pytest.mark.parametrize("warmup_loss", ["hinge_all", "released"])
+def test_ugncl_warmup_step_needs_no_division_but_main_step_does(warmup_loss: str) -> None:
     model, batch = tiny_batch(views=2)
-    method = UGNCLMethod(lambda_min=2)
+    model.eval()  # no dropout: the same raw scores for both calls
+    method = UGNCLMethod(lambda_min=2, warmup_loss=warmup_loss)
     terms = method.training_step(model, batch, ctx(warmup=True))
-    assert {"loss_edl", "loss_trl"} <= set(terms)
+    if warmup_loss == "released":
+        assert {"loss_edl", "loss_trl"} <= set(terms)
+    else:  # the hinge over all negatives, as the plain model's warm-up
+        raw = model(batch.images, batch.captions, batch.lengths)
+        expected = triplet_objective(raw, margin=0.2, max_violation=False)
+        torch.testing.assert_close(terms, expected)
     assert all(torch.isfinite(v).all() for v in terms.values())
     with pytest.raises(RuntimeError, match="without a division"):
         method.training_step(model, batch, ctx(warmup=False, epoch=1))
+
+
+def test_ugncl_rejects_unknown_warmup_and_start_rules() -> None:
+    from ugncl.framework.config import ConfigError
+
+    with pytest.raises(ConfigError, match="warmup_loss"):
+        UGNCLMethod(warmup_loss="nope")
+    with pytest.raises(ConfigError, match="division_start"):
+        UGNCLMethod(division_start="nope")
 
 
 @pytest.mark.parametrize(("anneal", "epoch", "expected"), [(0, 0, 0.1), (0, 5, 0.1), (4, 0, 0.0),
@@ -195,12 +211,12 @@ def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
         tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
         batch_size=k, global_step=1000,
     )  # fmt: skip
-    record = UGNCLMethod(lambda_min=2).on_epoch_start(ctx, epoch=1)
+    record = UGNCLMethod(lambda_min=2, division_pass="separate").on_epoch_start(ctx, epoch=1)
     assert record["division_lambda"] == 2
     assert (
-        UGNCLMethod(lambda_min=2).on_epoch_start(dataclasses.replace(ctx, global_step=0), epoch=1)[
-            "division_lambda"
-        ]
+        UGNCLMethod(lambda_min=2, division_pass="separate").on_epoch_start(
+            dataclasses.replace(ctx, global_step=0), epoch=1
+        )["division_lambda"]
         == k - 1
     )
 
@@ -220,7 +236,9 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
         tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
         batch_size=k, global_step=1000,
     )  # fmt: skip
-    method = UGNCLMethod(lambda_min=2, division_lambda_min=4, p=0.0)  # every pair hard
+    method = UGNCLMethod(
+        lambda_min=2, division_lambda_min=4, p=0.0, division_pass="separate"
+    )  # every pair hard
     assert method.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 4
     with torch.no_grad():
         raw = model(batch.images, batch.captions, batch.lengths)
@@ -231,7 +249,12 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
     step = dataclasses.replace(ctx(warmup=False, epoch=1), global_step=1000)
     method.training_step(model, batch, step)
     assert method._last_lambda == 2
-    assert UGNCLMethod(lambda_min=2).on_epoch_start(ctx_, epoch=1)["division_lambda"] == 2
+    assert (
+        UGNCLMethod(lambda_min=2, division_pass="separate").on_epoch_start(ctx_, epoch=1)[
+            "division_lambda"
+        ]
+        == 2
+    )
 
 
 def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> None:
@@ -325,7 +348,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
 def test_training_pass_division_refuses_its_own_batch_size() -> None:
     from ugncl.framework.config import ConfigError
 
-    assert UGNCLMethod().division_pass == "separate"
+    assert UGNCLMethod().division_pass == "training"
     with pytest.raises(ConfigError, match="division_batch_size"):
         UGNCLMethod(division_pass="training", division_batch_size=64)
     with pytest.raises(ConfigError, match="division_lambda_min must be >= 1"):

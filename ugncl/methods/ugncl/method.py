@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from torch import Tensor, nn
 
 from ugncl.framework.data import PairBatch
@@ -32,17 +33,22 @@ from ugncl.methods.ugncl.division import (
     DivisionResult,
     divide_batch,
     division_quality,
+    fused_log_evidence,
+    hard_soft_label,
 )
-from ugncl.methods.ugncl.evidential import CENTRINGS
+from ugncl.methods.ugncl.evidential import CENTRINGS, centre_scores
 from ugncl.methods.ugncl.losses import (
     HARD_TARGETS,
     lambda_schedule,
+    triplet_objective,
     ugncl_objective,
     warmup_objective,
 )
+from ugncl.methods.ugncl.start import label_logits, should_start_division, two_mode_separation
 
 logger = logging.getLogger(__name__)
 
+XI2_TIMES_K = 0.8 * 128  # the paper's xi2 at its batch of 128 (Eq. 18)
 DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses stream 0)
 
 
@@ -59,6 +65,8 @@ class UGNCLConfig:
         "division_pass": ("separate", "training"),
         "soft_label": ("mean_rival", "top_rival", "max_rival", "projected", "belief"),
         "hard_target": HARD_TARGETS,
+        "warmup_loss": ("hinge_all", "released"),
+        "division_start": ("separated", "fixed"),
     }
 
     tau: float = 0.1
@@ -77,7 +85,8 @@ class UGNCLConfig:
     # xi2 (paper; released 0.2). The paper's 0.8 is set at K = 128: L_t is summed over the
     # batch's anchors and L_e averaged, so a config at another batch keeps xi2 * K = 102.4
     # (docs/methods/ugncl.md, "The KL brake").
-    trl_weight: float = 0.8
+    # null (default): 102.4 / K, the paper's xi2 * K at every batch size K (0.8 at K = 128).
+    trl_weight: float | None = None
     margin: float = 0.2  # gamma
     margin_base: float = 10.0  # m of the soft margin
     # Delta of Eq. 17; paper 10. 0 (f_C = f_N = 1/2) is our default: with u ~ 1 for every pair
@@ -120,12 +129,25 @@ class UGNCLConfig:
     # over the whole training set at the epoch start, model in eval mode) | training (each
     # pair's opinion from the batch it was last trained in, recorded by the training step:
     # no extra pass, ~22% of a CPU epoch; docs/methods/ugncl.md, "The epoch budget").
-    division_pass: str = "separate"
+    division_pass: str = "training"
     # Floor of top_rival's rival count: null = lambda_min (the division hardens with Eq. 16's
     # schedule, as the trusted robust loss); n keeps the division at >= n rivals while the
     # loss goes on to lambda_min. Measured at 12, not adopted (docs/methods/ugncl.md,
     # "Two changes that move which runs lag").
     division_lambda_min: int | None = None
+    # Warm-up objective: released (identity-target L_e + xi2 x the top-lambda hinge; default) |
+    # hinge_all (the hinge summed over all in-batch negatives on sigmoid scores, the plain
+    # model's warm-up). Measured, not adopted: the hinge leaves raw scores so large that the
+    # first division marks most pairs determined, and Eq. 9's argmax then marks most clean
+    # pairs noisy (docs/research/ugncl-generalisation.md).
+    warmup_loss: str = "released"
+    # When the division starts: fixed (paper: right after train.warmup_epochs; default) |
+    # separated (at the first epoch start from train.warmup_epochs on where the soft labels'
+    # two modes are separated, Ashman's D >= start_separation, or where D fell since the
+    # previous epoch start; the epochs before are warm-up epochs). Under measurement
+    # (docs/research/ugncl-generalisation.md).
+    division_start: str = "fixed"
+    start_separation: float = 2.0
 
 
 def merge_division(local: DivisionResult) -> DivisionResult:
@@ -195,7 +217,7 @@ class UGNCLMethod(Method):
         epsilon: float,
         soft_label: str,
         kl_weight: float,
-        trl_weight: float,
+        trl_weight: float | None,
         margin: float,
         margin_base: float,
         trust_delta: float,
@@ -211,6 +233,9 @@ class UGNCLMethod(Method):
         division_source: str,
         division_pass: str,
         division_lambda_min: int | None,
+        warmup_loss: str,
+        division_start: str,
+        start_separation: float,
         eval_score: str = "evidence",
     ) -> None:
         super().__init__(eval_score=eval_score)
@@ -239,6 +264,13 @@ class UGNCLMethod(Method):
         self.division_source = division_source
         self.division_pass = division_pass
         self.division_lambda_min = division_lambda_min
+        self.warmup_loss = warmup_loss
+        self.division_start = division_start
+        self.start_separation = start_separation
+        for key, value in (("warmup_loss", warmup_loss), ("division_start", division_start)):
+            if value not in UGNCLConfig.CHOICES[key]:
+                choices = " | ".join(UGNCLConfig.CHOICES[key])
+                raise ConfigError(f"method.ugncl.{key} must be one of {choices}, got {value!r}")
         if division_lambda_min is not None and division_lambda_min < 1:
             raise ConfigError(
                 f"method.ugncl.division_lambda_min must be >= 1 (rivals) or null, got "
@@ -255,6 +287,13 @@ class UGNCLMethod(Method):
         # (latest per sample), read at each epoch start.
         self._recorded: DivisionAccumulator | None = None
         self._last_lambda: int | None = None
+        # division_start: separated -- whether the division has started, whether this epoch
+        # is one more warm-up epoch (the start was deferred), and the soft labels' separation
+        # at each epoch start since train.warmup_epochs (start.py).
+        self.started = division_start == "fixed"
+        self.deferred = False
+        self._separations: list[float] = []
+        self._start_labels: list[np.ndarray] = []  # top_rival labels of the divided batches
 
     def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
         """Ranks by this method's evidence (its ``tau`` and evidence function)."""
@@ -267,6 +306,7 @@ class UGNCLMethod(Method):
     # ------------------------------------------------------------------ epoch start
     def on_epoch_start(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
         if epoch < ctx.warmup_epochs:
+            self._start_labels.clear()  # the start rule reads the latest epoch's opinions
             return None
         batch_size = self.division_batch_size or ctx.batch_size
         # Hardness of Eq. 16 at this epoch's first step: top_rival's rival count.
@@ -281,7 +321,21 @@ class UGNCLMethod(Method):
             self.division = self._division_from_training(ctx, epoch, batch_size, lam)
         else:
             self.division = self._divide_with_model(ctx, epoch, batch_size, lam)
-        return {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
+        record = {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
+        if not self.started:
+            # Every pair's diagonal against its lambda strongest rivals (top_rival's label,
+            # whatever the set): a determined pair's 0/1 label would make two modes of its own.
+            labels = np.concatenate(self._start_labels) if self._start_labels else np.empty(0)
+            self._start_labels.clear()
+            sep = two_mode_separation(label_logits(labels))
+            self._separations.append(sep["separation"])
+            self.started = should_start_division(self._separations, self.start_separation)
+            record.update({f"start_{k}": v for k, v in sep.items()})
+        # Until the start, the epoch trains with the warm-up objective (the division above is
+        # recorded, not used).
+        self.deferred = not self.started
+        record["dividing"] = self.started
+        return record
 
     def _divide_with_model(
         self,
@@ -308,7 +362,17 @@ class UGNCLMethod(Method):
         """``divide_batch`` with this method's settings: raw ``(W, K, K)`` -> BatchDivision.
 
         ``lam``: the hardness of Eq. 16 at the division (``top_rival``'s rival count, floored
-        by ``division_lambda_min``); ``tools/audit_division.py`` divides with it too."""
+        by ``division_lambda_min``); ``tools/audit_division.py`` divides with it too.
+        Before the division starts (``division_start: separated``) it also keeps every pair's
+        ``top_rival`` label for the start rule."""
+        if not self.started:
+            with torch.no_grad():
+                log_e = fused_log_evidence(
+                    centre_scores(raw.detach(), self.centring), tau=self.tau, floor=self.floor,
+                    function=self.evidence,
+                )  # fmt: skip
+                y = hard_soft_label(log_e, "top_rival", self._division_lambda(lam))
+            self._start_labels.append(y.float().cpu().numpy())
         return divide_batch(
             raw,
             tau=self.tau,
@@ -355,7 +419,9 @@ class UGNCLMethod(Method):
     def training_step(
         self, model: nn.Module, batch: PairBatch, ctx: StepContext
     ) -> dict[str, Tensor]:
-        """Warm-up: identity-target evidential loss + top-lambda hinge; then Eqs. 12-18."""
+        """Warm-up (and epochs whose division start was deferred): the all-negatives hinge
+        (``warmup_loss: hinge_all``) or the released identity-target evidential loss +
+        top-lambda hinge; then Eqs. 12-18."""
         raw = model(batch.images, batch.captions, batch.lengths).float()
         lam = lambda_schedule(
             raw.shape[-1], ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
@@ -368,13 +434,15 @@ class UGNCLMethod(Method):
             floor=self.floor,
             function=self.evidence,
             kl_weight=self.kl_weight_at(ctx.epoch),
-            trl_weight=self.trl_weight,
+            trl_weight=self.trl_weight_at(raw.shape[-1]),
             gamma=self.margin,
             evidential=self.evidential_loss,
             centring=self.centring,
         )
-        if ctx.warmup:
+        if ctx.warmup or self.deferred:
             self._record(raw, batch, lam)
+            if self.warmup_loss == "hinge_all":
+                return triplet_objective(raw, margin=self.margin, max_violation=False)
             return warmup_objective(raw, **common)
         if self.division is None:
             raise RuntimeError(
@@ -402,6 +470,14 @@ class UGNCLMethod(Method):
         if self._recorded is not None:
             self._recorded.add(batch.index.cpu(), self.divide(raw.detach(), lam))
 
+    def trl_weight_at(self, k: int) -> float:
+        """xi2 of a batch of ``k`` pairs: the set value, or (null) ``XI2_TIMES_K / k``.
+
+        ``L_t`` is summed over the batch's anchors and ``L_e`` averaged over its queries, so
+        each anchor's hinge weighs xi2 against 1/K of ``L_e``; the paper's 0.8 is set at
+        K = 128 (docs/methods/ugncl.md, "The KL brake")."""
+        return XI2_TIMES_K / k if self.trl_weight is None else self.trl_weight
+
     def kl_weight_at(self, epoch: int) -> float:
         """xi1, optionally annealed as in Sensoy et al. (2018): ``xi1 * min(1, epoch / n)``.
 
@@ -420,6 +496,13 @@ class UGNCLMethod(Method):
         """The last division (per-sample arrays indexed by sample index) and, with
         ``division_pass: training``, the opinions recorded since, for checkpoints."""
         state = {"division": None if self.division is None else self.division.to_state()}
+        state["started"] = self.started
+        state["deferred"] = self.deferred
+        state["separations"] = list(self._separations)
+        # The labels kept since the last epoch start: a run resumed at an epoch boundary
+        # decides the start on the same opinions as an uninterrupted one.
+        labels = np.concatenate(self._start_labels) if self._start_labels else np.empty(0)
+        state["start_labels"] = torch.from_numpy(labels.astype(np.float32))
         if self._recorded is not None:
             state["recorded"] = self._recorded.result().to_state()
         return state
@@ -427,6 +510,11 @@ class UGNCLMethod(Method):
     def set_extra_state(self, state: dict[str, Any]) -> None:
         division = state.get("division")
         self.division = None if division is None else DivisionResult.from_state(division)
+        self.started = bool(state.get("started", self.division_start == "fixed"))
+        self.deferred = bool(state.get("deferred", False))
+        self._separations = [float(x) for x in state.get("separations", [])]
+        labels = state.get("start_labels")
+        self._start_labels = [] if labels is None or not len(labels) else [np.asarray(labels)]
         recorded = state.get("recorded")
         if self._recorded is not None and recorded is not None:
             self._recorded = DivisionAccumulator.from_result(DivisionResult.from_state(recorded))
