@@ -26,6 +26,7 @@ from ugncl.framework.cli import cli_main
 from ugncl.framework.config import Config, ConfigError, DataConfig, build_config, choices
 from ugncl.framework.engine.device import select_device
 from ugncl.framework.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
+from ugncl.framework.metrics import TIE_RULES
 
 COCO_TESTALL_IMAGES = 5000
 
@@ -47,6 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--eval-score", choices=choices()["eval.eval_score"], default=None,
         help="per-view score before averaging views (default: the checkpoint's eval.eval_score)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ties", choices=TIE_RULES, default=TIE_RULES[0],
+        help="tie rule: random = expected ranks under random tie-breaking (a collapsed model "
+        "scores chance), pessimistic, release = the released code's argsort order, optimistic",
     )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--batch-size", type=int, default=128)
@@ -118,8 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         score=build_method(config).retrieval_score,
         batch_size=args.batch_size,
         device=device,
+        ties=args.ties,
     )
-    print(f"{data.name}/{split.split}, {len(loaded)} model(s), eval_score={eval_score}")
+    print(
+        f"{data.name}/{split.split}, {len(loaded)} model(s), eval_score={eval_score}, "
+        f"ties={args.ties}"
+    )
     print(metric_table(results))
     if args.json_out:
         payload = {
@@ -127,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "dataset": data.name,
             "split": split.split,
             "eval_score": eval_score,
+            "ties": args.ties,
             "results": results,
         }
         Path(args.json_out).write_text(json.dumps(payload, indent=2), encoding="utf-8")

@@ -434,6 +434,7 @@ def evaluate_scores(
     caption_to_image: np.ndarray | Tensor,
     *,
     protocol: str = "full",
+    ties: str = "random",
 ) -> dict[str, dict[str, float]]:
     """Apply a protocol to a score matrix.
 
@@ -443,6 +444,8 @@ def evaluate_scores(
         protocol: ``"full"`` (the whole matrix), ``"1k"`` (the whole matrix, expected to be
             1000 images: Flickr30K test, CC152K test) or ``"coco5fold"`` (COCO ``testall``: the
             mean of five 1000-image folds, and the full 5K matrix).
+        ties: tie rule of :mod:`ugncl.framework.metrics` (default: expected ranks and recalls
+            under random tie-breaking, so a collapsed model scores chance).
 
     Returns:
         ``{section: metrics}`` with metrics keyed by :data:`ugncl.framework.metrics.METRIC_KEYS`.
@@ -453,11 +456,11 @@ def evaluate_scores(
         raise ValueError(f"protocol={protocol!r} is not one of {PROTOCOLS}")
     n_img, n_cap = tuple(scores.shape)
     if protocol == "full":
-        return {"full": retrieval_metrics(scores, caption_to_image)}
+        return {"full": retrieval_metrics(scores, caption_to_image, ties=ties)}
     if protocol == "1k":
         if n_img != 1000:
             logger.warning("protocol '1k' on %d images (published 1K test sets have 1000)", n_img)
-        return {"1k": retrieval_metrics(scores, caption_to_image)}
+        return {"1k": retrieval_metrics(scores, caption_to_image, ties=ties)}
 
     if n_cap % n_img:
         raise ValueError(
@@ -466,9 +469,9 @@ def evaluate_scores(
         )
     if n_img != 5000:
         logger.warning("protocol 'coco5fold' on %d images (COCO testall has 5000)", n_img)
-    folds = fold_metrics(scores, caption_to_image, coco_folds(n_img, n_cap // n_img, 5))
+    folds = fold_metrics(scores, caption_to_image, coco_folds(n_img, n_cap // n_img, 5), ties=ties)
     out: dict[str, dict[str, float]] = {"5fold": folds["mean"]}
-    out["5k"] = retrieval_metrics(scores, caption_to_image)
+    out["5k"] = retrieval_metrics(scores, caption_to_image, ties=ties)
     out.update({f"fold{i}": m for i, m in enumerate(folds["folds"])})
     return out
 
@@ -484,6 +487,7 @@ def evaluate_models(
     batch_size: int = 128,
     device: torch.device | str | None = None,
     memory_budget_bytes: int | None = None,
+    ties: str = "random",
 ) -> tuple[dict[str, dict[str, float]], np.ndarray]:
     """Encode ``split`` with each model, average their score matrices and evaluate.
 
@@ -491,6 +495,7 @@ def evaluate_models(
         models: one model, or several whose score matrices are averaged (SGR + SAF).
         split: the split to rank (its clean caption->image map is the ground truth).
         protocol: see :func:`evaluate_scores`; ``None`` -> :func:`default_protocol`.
+        ties: tie rule, see :func:`evaluate_scores`.
         score, eval_score, tau, memory_budget_bytes: see :func:`score_matrix`.
         batch_size, device: see :func:`encode_split`.
 
@@ -522,7 +527,8 @@ def evaluate_models(
         )
         del encoded  # free one model's embeddings before encoding with the next
     scores = ensemble(mats)
-    return evaluate_scores(scores, data.caption_to_image, protocol=protocol), scores
+    results = evaluate_scores(scores, data.caption_to_image, protocol=protocol, ties=ties)
+    return results, scores
 
 
 class Evaluator:
