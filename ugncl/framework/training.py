@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 import os
 import time
@@ -63,6 +65,9 @@ SAFE_RESUME_KEYS: tuple[str, ...] = (
     "eval.memory_budget_mb",
     "eval.test_after_training",
 )
+#: Config keys naming files whose content (not just whose path) the run learns from: their
+#: sha256 is part of the run's identity, so a resume notices a file replaced underneath it.
+WEIGHT_FILE_KEYS: tuple[str, ...] = ("model.clip.pretrained", "method.osa.estimator")
 # Records that describe the run, not an epoch: kept when a resume rewinds metrics.jsonl.
 _RUN_RECORDS = ("setup", "method_setup", "resume")
 
@@ -135,6 +140,79 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_identity(config: Config, image_index: Any, data: Any) -> dict[str, str]:
+    """What the run learns from, hashed: the config (less :data:`SAFE_RESUME_KEYS`), the
+    training noise index in effect, the vocabulary and every weights file the config names
+    (:data:`WEIGHT_FILE_KEYS`). Stored in every checkpoint; a resume recomputes and compares it.
+    """
+    from precomputed.noise import noise_sha256
+
+    flat = _flatten(config.to_dict())
+    learned = {k: v for k, v in flat.items() if k not in SAFE_RESUME_KEYS}
+    identity = {
+        "config": hashlib.sha256(
+            json.dumps(learned, sort_keys=True, default=str).encode("utf-8")
+        ).hexdigest(),
+        "noise_index": noise_sha256(image_index),
+    }
+    vocab = data.checkpoint_extra().get("vocab_sha256")
+    if vocab is not None:
+        identity["vocab"] = str(vocab)
+    for key in WEIGHT_FILE_KEYS:
+        value = flat.get(key)
+        if isinstance(value, str) and Path(value).is_file():
+            identity[key] = file_sha256(value)
+    return identity
+
+
+def check_identity(
+    state: dict[str, Any], config: Config, identity: dict[str, str], where: Path
+) -> None:
+    """Refuse to resume from ``where`` when anything the run learns from changed since that
+    checkpoint was written: a config value (``config.yaml`` edited by hand), the noise index,
+    the vocabulary or a weights file; the message names it.
+
+    Raises:
+        ConfigError: the first difference found.
+    """
+    saved = state.get("config")
+    if isinstance(saved, dict):
+        old, new = _flatten(saved), _flatten(config.to_dict())
+        # Keys of both only: a key this version of the package added has its default.
+        for key in sorted(set(old) & set(new)):
+            if key in SAFE_RESUME_KEYS or old[key] == new[key]:
+                continue
+            raise ConfigError(
+                f"--resume: {key} is {new[key]!r} but {where} was trained with {old[key]!r} "
+                f"(was {where.parent.parent / 'config.yaml'} edited?). A resume may change "
+                f"only {', '.join(SAFE_RESUME_KEYS)}; put {key} back to {old[key]!r}, or "
+                "start a new run"
+            )
+    names = {
+        "noise_index": "the training noise index (data.noise_file / data.noise_seed)",
+        "vocab": "the vocabulary file (data.vocab)",
+    }
+    for item, digest in (state.get("identity") or {}).items():
+        if item == "config" or identity.get(item) == digest:
+            continue
+        what = names.get(item, f"the file {item} names")
+        now = identity.get(item)
+        raise ConfigError(
+            f"--resume: {what} changed since {where} was written (sha256 {digest[:12]} -> "
+            f"{now[:12] if now else 'missing'}); the run would continue on other data or "
+            "weights. Restore the original file, or start a new run"
+        )
+
+
 def train(config: Config, *, config_name: str, resume_dir: str | Path | None = None) -> TrainResult:
     """Train (or resume) the run described by ``config`` and evaluate its best checkpoint.
 
@@ -174,11 +252,21 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     device = select_device(config.train.device)
     precision = select_precision(config.train.amp, device)
     last = run_dir / "checkpoints" / "last.pt"
+    identity = run_identity(config, training_data.image_index, data)
     state = None
     if resume_dir is not None and last.is_file():
         state = load_checkpoint(last, map_location="cpu")
         if hasattr(data, "check_checkpoint"):
             data.check_checkpoint(state, str(last))
+        check_identity(state, config, identity, last)
+        done = int(state["epoch"])
+        if config.train.warmup_epochs + config.train.epochs < done:
+            raise ConfigError(
+                f"--resume: train.epochs={config.train.epochs} ends the run before the {done} "
+                f"epoch(s) {last} has completed; give train.epochs >= "
+                f"{done - config.train.warmup_epochs} (evaluate the checkpoint with "
+                "tools/eval.py)"
+            )
 
     if resume_dir is None:
         run_dir = create_run_dir(
@@ -253,7 +341,11 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             log_every=config.train.log_every,
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
-            checkpoint_extra={"config": config.to_dict(), **data.checkpoint_extra()},
+            checkpoint_extra={
+                "config": config.to_dict(),
+                "identity": identity,
+                **data.checkpoint_extra(),
+            },
             estimator_data=estimator_data,
         )
         if state is not None:
