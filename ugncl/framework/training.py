@@ -72,6 +72,10 @@ WEIGHT_FILE_KEYS: tuple[str, ...] = ("model.clip.pretrained", "method.osa.estima
 _RUN_RECORDS = ("setup", "method_setup", "resume")
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; the message is the command that continues it."""
+
+
 class RunNotFoundError(UserError, FileNotFoundError):
     """``--resume`` names no run directory."""
 
@@ -350,7 +354,13 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         )
         if state is not None:
             trainer.resume(last, state=state)
-        summary = trainer.fit()
+        try:
+            summary = trainer.fit()
+        except KeyboardInterrupt as err:
+            raise RunInterrupted(
+                f"python tools/train.py --resume {run_dir} continues the run from its last "
+                f"completed epoch ({trainer.epoch} of {trainer.total_epochs} done)"
+            ) from err
         test = None
         finished = trainer.epoch >= trainer.total_epochs
         if finished and config.eval.test_after_training:
