@@ -22,7 +22,7 @@ from precomputed.errors import InvalidSettingError
 from ugncl.backbones.sgraf.data import as_eval_data
 from ugncl.backbones.sgraf.experiment import check_vocab, open_vocab
 from ugncl.framework.build import BACKBONES, build_method, model_from_file
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_writable, cli_main
 from ugncl.framework.config import Config, ConfigError, DataConfig, build_config, choices
 from ugncl.framework.engine.device import select_device
 from ugncl.framework.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.batch_size < 1:
         raise InvalidSettingError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.json_out:
+        check_writable(args.json_out, "--json file")
     device = select_device(args.device)
     loaded = [load_model(path, device) for path in args.checkpoints]
     data, config = data_config(loaded[0][1], args)

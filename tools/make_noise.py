@@ -26,7 +26,7 @@ from precomputed.noise import (
     noise_sha256,
     save_noise_index,
 )
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_new_file, cli_main
 
 
 @cli_main
@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         help="convert this UGNCL image-level permutation (.npy, length N_img) instead",
     )
     p.add_argument("--out", required=True, help="output .npy path")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args(argv)
+    check_new_file(args.out, args.force, "noise file")
     if (args.ratio is None) == (args.from_image_perm is None):
         p.error("give exactly one of --ratio or --from-image-perm")
     cpi = args.captions_per_image

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -98,8 +99,16 @@ def check_new_file(path: str | Path, force: bool, what: str = "output") -> Path:
 
 
 def error_line(err: BaseException) -> str:
-    """``error: <message>`` on one line (newlines in the message become ``; ``)."""
-    message = "; ".join(part.strip() for part in str(err).splitlines() if part.strip())
+    """``error: <message>`` on one line (newlines in the message become ``; ``).
+
+    An error re-raised from a ``DataLoader`` worker carries the worker's whole traceback in
+    its message; only its last line (the original message) is kept."""
+    text = str(err)
+    if "Original Traceback (most recent call last):" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        match = re.match(r"^[\w.]+: (.*)$", last)  # "package.module.SomeError: message"
+        text = match.group(1) if match else last
+    message = "; ".join(part.strip() for part in text.splitlines() if part.strip())
     return f"error: {message or type(err).__name__}"
 
 

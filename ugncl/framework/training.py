@@ -34,6 +34,7 @@ from ugncl.framework.build import (
     open_estimator_view,
     open_run_data,
 )
+from ugncl.framework.cli import check_writable
 from ugncl.framework.config import Config, ConfigError, load_config
 from ugncl.framework.engine.allocator import keep_freed_memory
 from ugncl.framework.engine.checkpoint import clean_partial_files, load_checkpoint
@@ -117,14 +118,22 @@ def load_resume_config(run_dir: str | Path, overrides: tuple[str, ...] | list[st
 def resume_changes(run_dir: Path, config: Config) -> dict[str, list[Any]]:
     """``{key: [saved, new]}`` of every value ``config`` changes in the run's saved config.
 
+    A run that has neither a checkpoint nor a finished method setup has learnt nothing yet
+    (its setup failed, e.g. an unreadable ``method.osa.estimator`` or an empty memory bank, or
+    it was killed before its first epoch ended): it starts over from epoch 0, so any key may
+    change, and the fixed setting continues the same folder.
+
     Raises:
         ConfigError: a change outside :data:`SAFE_RESUME_KEYS` (it would change the experiment).
     """
     saved = _flatten(load_resume_config(run_dir).to_dict())
     new = _flatten(config.to_dict())
     changes = {k: [saved.get(k), v] for k, v in new.items() if saved.get(k) != v}
+    fresh = not (run_dir / "checkpoints" / "last.pt").is_file() and not any(
+        r.get("event") == "method_setup" for r in _records(run_dir)
+    )
     for key, (old, value) in changes.items():
-        if key not in SAFE_RESUME_KEYS:
+        if key not in SAFE_RESUME_KEYS and not fresh:
             raise ConfigError(
                 f"--resume cannot change {key} ({old!r} -> {value!r}): it would change the "
                 f"experiment half-way. A resume may change only {', '.join(SAFE_RESUME_KEYS)}; "
@@ -217,6 +226,51 @@ def check_identity(
         )
 
 
+def check_run_name(name: str) -> None:
+    """``run.name`` is one folder name inside ``run.out_dir`` (no ``/``, no ``..``)."""
+    if not name or name in (".", "..") or Path(name).name != name or "\\" in name:
+        raise ConfigError(
+            f"run.name={name!r} is not a plain folder name: the run folder must lie inside "
+            "run.out_dir; choose the folder with run.out_dir and name it with run.name, e.g. "
+            "--set run.out_dir=runs/mine run.name=first"
+        )
+
+
+def preflight(model: torch.nn.Module, data: Any) -> None:
+    """Score one pair of training samples with the model before the run folder appears:
+    an input the model cannot take (``model.clip.image_size=7``, an image that does not
+    decode, a backbone built for other data) fails here, not after setup. Runs without
+    gradients on forked RNG state, so the run's random draws are unchanged."""
+    k = min(2, data.num_samples)
+    if k == 0:
+        return
+    batch = data.collate([data.dataset[i] for i in range(k)])
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            model(batch.images, batch.captions, batch.lengths)
+    except (RuntimeError, ValueError) as err:
+        first = (str(err).splitlines() or [""])[0][:300]
+        raise ConfigError(
+            f"the {type(model).__name__} model cannot score a batch of the training data "
+            f"(images {tuple(batch.images.shape)}, captions {tuple(batch.captions.shape)}): "
+            f"{type(err).__name__}: {first}. Check the model.* settings against the data"
+        ) from err
+
+
+def check_weight_files(config: Config) -> None:
+    """Every weights file the config names (:data:`WEIGHT_FILE_KEYS`) loads, before the run
+    folder appears (the backbone reads ``model.clip.pretrained`` when it builds the model;
+    ``method.osa.estimator`` would otherwise be read only by the method's setup)."""
+    from ugncl.framework.build import model_from_file
+
+    path = _flatten(config.to_dict()).get("method.osa.estimator")
+    if config.method.name == "osa" and isinstance(path, str):
+        try:
+            model_from_file(path)
+        except UserError as err:
+            raise ConfigError(f"method.osa.estimator: {err}") from err
+
+
 def train(config: Config, *, config_name: str, resume_dir: str | Path | None = None) -> TrainResult:
     """Train (or resume) the run described by ``config`` and evaluate its best checkpoint.
 
@@ -234,8 +288,10 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             )
         name = config.run.name or default_run_name(config_name)
         config = dataclasses.replace(config, run=dataclasses.replace(config.run, name=name))
+        check_run_name(name)
         run_dir = Path(config.run.out_dir) / name
         check_new_run_dir(run_dir)
+        check_writable(run_dir.parent / f".{name}.probe", "run folder")
     if config.train.threads is not None:
         torch.set_num_threads(config.train.threads)
     keep_freed_memory()  # no page faults on the largest tensors of each step (allocator.py)
@@ -255,6 +311,11 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
         )
     device = select_device(config.train.device)
     precision = select_precision(config.train.amp, device)
+    preflight(model, training_data)
+    check_weight_files(config)
+    # The method is built (its settings checked) before the folder appears; building it draws
+    # no random numbers, so the run's draws are those of an uninterrupted setup.
+    method = build_method(config, model, training_data.num_samples)
     last = run_dir / "checkpoints" / "last.pt"
     identity = run_identity(config, training_data.image_index, data)
     state = None
@@ -309,7 +370,6 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
                         f" with {changes}" if changes else "")  # fmt: skip
         if state is None:
             _write_setup(recorder, run_dir, data, test_split, seed, device, precision, config)
-        method = build_method(config, model, training_data.num_samples)
         steps_per_epoch = training_data.num_samples // config.train.batch_size
         optimizer, schedule = build_optimizer_and_schedule(
             config, model, method, steps_per_epoch, data=data
