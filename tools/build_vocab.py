@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from precomputed.captions import read_captions
+from precomputed.errors import DataFormatError
 from precomputed.layout import locate_split
 from precomputed.vocab import build_vocab
 from ugncl.framework.cli import check_new_file, cli_main
@@ -31,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     captions: list[str] = []
     for split in args.splits:
         captions += read_captions(locate_split(args.data_root, args.name, split).captions)
+    if not captions:
+        raise DataFormatError(
+            f"the {', '.join(args.splits)} caption file(s) of {args.data_root}/{args.name} hold "
+            "no captions; a vocabulary needs the training captions"
+        )
     vocab = build_vocab(captions, min_count=args.min_count)
     vocab.save(args.out)
     print(f"wrote {args.out}: {len(vocab)} words from {len(captions)} captions")
