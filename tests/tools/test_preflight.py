@@ -12,7 +12,6 @@ import torch
 from PIL import Image
 
 from precomputed.errors import UserError
-
 from tests.tools.test_train import tiny_overrides
 
 CLIP = ["data.train_images=8", "data.dev_images=6", "model.clip.pretrained=random",
