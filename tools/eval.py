@@ -104,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     data, config = data_config(loaded[0][1], args)
     model = loaded[0][0]
     backbone = getattr(model, "backbone", "") or "sgraf"
+    for path, (other, _) in zip(args.checkpoints[1:], loaded[1:]):
+        if (getattr(other, "backbone", "") or "sgraf") != backbone:
+            raise InvalidSettingError(
+                f"{path} is a {getattr(other, 'backbone', '') or 'sgraf'} model but "
+                f"{args.checkpoints[0]} is a {backbone} model: an ensemble averages the score "
+                "matrices of models reading the same inputs; evaluate them separately"
+            )
     if backbone == "sgraf":  # caption ids index the vocabulary each checkpoint was trained with
         vocab, vocab_path = open_vocab(data)
         for path, (_, state) in zip(args.checkpoints, loaded):
@@ -117,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         raise InvalidSettingError(
             f"--protocol coco5fold needs the {COCO_TESTALL_IMAGES} images of COCO testall; "
             f"{data.name}/{split.split} has {num_images}. Use --protocol full or 1k"
+        )
+    if protocol == "1k" and num_images != 1000:
+        raise InvalidSettingError(
+            f"--protocol 1k ranks a 1000-image test set; {data.name}/{split.split} has "
+            f"{num_images} images. Use --protocol full"
         )
     eval_score = config.eval.eval_score
     results, _ = evaluate_models(

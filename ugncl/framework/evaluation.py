@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -218,6 +219,29 @@ def pack_words(words: Tensor, lengths: Tensor, packed: Tensor, start: int) -> in
     return start
 
 
+#: Seconds between two progress lines of a long evaluation pass.
+PROGRESS_SECONDS = 30.0
+
+
+class PassProgress:
+    """Log lines ``<what>: done/total (pct), eta Ns`` at most every :data:`PROGRESS_SECONDS`
+    (a pass shorter than that logs nothing): the test split of COCO 5K or CC152K takes
+    minutes to encode and score on a CPU, and a silent log reads as a hang."""
+
+    def __init__(self, what: str, total: int) -> None:
+        self.what, self.total = what, max(1, int(total))
+        self.started = self.last = time.monotonic()
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_SECONDS or done <= 0:
+            return
+        self.last = now
+        eta = (now - self.started) / done * max(0, self.total - done)
+        logger.info("%s: %d/%d (%.0f%%), eta %.0fs", self.what, done, self.total,
+                    100.0 * done / self.total, eta)  # fmt: skip
+
+
 def encode_split(
     model: nn.Module,
     split: EvalData | PrecomputedSplit,
@@ -260,9 +284,11 @@ def encode_split(
     cap_emb: Tensor | None = None  # sentence-level (n_cap, E), or token-level packed words
     packed: Tensor | None = None
     offsets = torch.cumsum(lengths, 0) - lengths
+    progress = PassProgress(f"encoding {data.name}/{data.split}", n_img + n_cap)
     with eval_mode(model):
         for a in range(0 if img_emb is None else n_img, n_img, batch_size):
             b = min(a + batch_size, n_img)
+            progress.update(b)
             out = model.encode_images(data.images(a, b).to(device))
             if img_emb is None:
                 shape = list(out.shape)
@@ -271,6 +297,7 @@ def encode_split(
             img_emb.narrow(axis, a, b - a).copy_(out.float().cpu())
         for a in range(0, n_cap, batch_size):
             b = min(a + batch_size, n_cap)
+            progress.update(n_img + b)
             ids, lens = data.captions(a, b)
             out = model.encode_captions(ids.to(device), lens.to(device))
             del ids
