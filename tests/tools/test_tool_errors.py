@@ -223,3 +223,31 @@ def test_bad_input_is_one_error_line(tool, places, tiny_world, capsys, name, cas
     lines = [line for line in err.splitlines() if line.strip()]
     assert rc == 2, err
     assert len(lines) == 1 and lines[0].startswith("error: "), err
+
+
+@pytest.mark.parametrize("name", ["make_noise", "build_vocab"])
+def test_existing_output_needs_force(tool, tiny_world, tmp_path, capsys, name) -> None:
+    out = tmp_path / ("noise.npy" if name == "make_noise" else "vocab.json")
+    argv = ["--data-root", str(tiny_world), "--name", "synthetic_precomp", "--out", str(out)]
+    if name == "make_noise":
+        argv += ["--ratio", "0.2", "--captions-per-image", "5"]
+    assert tool(name).main(argv) == 0
+    out.write_bytes(b"precious")
+    capsys.readouterr()
+    assert tool(name).main(argv) == 2
+    assert "already exists; pass --force" in capsys.readouterr().err
+    assert out.read_bytes() == b"precious"
+    assert tool(name).main([*argv, "--force"]) == 0
+    assert out.read_bytes() != b"precious"
+
+
+def test_worker_traceback_becomes_its_last_line() -> None:
+    from precomputed.errors import DataFormatError
+    from ugncl.framework.cli import error_line
+
+    err = DataFormatError(
+        "Caught DataFormatError in DataLoader worker process 0.\n"
+        'Original Traceback (most recent call last):\n  File "x.py", line 1, in f\n    g()\n'
+        "precomputed.errors.DataFormatError: image a.jpg cannot be decoded; replace it\n"
+    )
+    assert error_line(err) == "error: image a.jpg cannot be decoded; replace it"
