@@ -84,7 +84,7 @@ def test_resume_after_a_kill_in_epoch_1_is_bit_exact(
 
     def dying_step(self, batch, step):
         if step.epoch == 1:
-            if len(steps_in_epoch_1) == 3:  # the 4th step of epoch 1
+            if len(steps_in_epoch_1) == 2:  # the 3rd step of epoch 1
                 raise KilledError
             steps_in_epoch_1.append(self.global_step)
         return original(self, batch, step)
