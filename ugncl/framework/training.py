@@ -303,6 +303,13 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
     estimator_data = open_estimator_view(config, data)  # data.estimator: checked before the run
+    wanted = config.data.train_images
+    have = training_data.num_samples // max(1, config.data.captions_per_image)
+    if wanted is not None and have < wanted:
+        logger.warning(
+            "data.train_images=%d but the training split has %d images: training on %d",
+            wanted, have, have,
+        )  # fmt: skip
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(
             f"train.batch_size={config.train.batch_size} is larger than the training split "

@@ -35,3 +35,14 @@ def test_short_pass_is_silent(caplog) -> None:
     with caplog.at_level(logging.INFO, logger=evaluation.__name__):
         evaluation.PassProgress("encoding x/dev", 10).update(10)
     assert not caplog.records
+
+
+def test_open_clip_root_info_lines_are_dropped() -> None:
+    from ugncl.framework.engine.recorder import _drop_library_root_info
+
+    def record(name: str, level: int, path: str) -> logging.LogRecord:
+        return logging.LogRecord(name, level, path, 1, "Loaded ugncl-tiny model config.", (), None)
+
+    assert not _drop_library_root_info(record("root", logging.INFO, "/x/open_clip/factory.py"))
+    assert _drop_library_root_info(record("root", logging.WARNING, "/x/open_clip/factory.py"))
+    assert _drop_library_root_info(record("ugncl.x", logging.INFO, "/x/ugncl/x.py"))
