@@ -197,3 +197,19 @@ def test_clip_training_checkpoint_is_accepted_as_pretrained(tmp_path):
     torch.save({"model": {}, "optimizer": {}, "backbone": "sgraf"}, tmp_path / "sgraf.pt")
     with pytest.raises(UserError, match="'sgraf' run, not of a CLIP run"):
         read_weights(tmp_path / "sgraf.pt")
+
+
+def test_preflight_changes_no_weight_buffer_or_random_state(tiny_world, tiny_model, tmp_path):
+    from tests.tools.test_train import tiny_overrides as overrides
+    from ugncl.framework.build import build_model, open_run_data
+    from ugncl.framework.config import load_config
+    from ugncl.framework.training import preflight
+
+    config, _ = load_config("ugncl_synthetic", overrides(tiny_world, tmp_path, "p", tiny_model))
+    data = open_run_data(config)
+    model = build_model(config, data).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    preflight(model, data.training_data())
+    assert model.training and torch.equal(rng, torch.get_rng_state())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

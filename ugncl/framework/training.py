@@ -239,12 +239,15 @@ def check_run_name(name: str) -> None:
 def preflight(model: torch.nn.Module, data: Any) -> None:
     """Score one pair of training samples with the model before the run folder appears:
     an input the model cannot take (``model.clip.image_size=7``, an image that does not
-    decode, a backbone built for other data) fails here, not after setup. Runs without
-    gradients on forked RNG state, so the run's random draws are unchanged."""
+    decode, a backbone built for other data) fails here, not after setup. Runs in eval mode
+    without gradients on forked RNG state, so the run's weights, batch-norm statistics and
+    random draws are unchanged."""
     k = min(2, data.num_samples)
     if k == 0:
         return
     batch = data.collate([data.dataset[i] for i in range(k)])
+    was_training = model.training
+    model.eval()  # batch norm must not update its running statistics from this probe
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             model(batch.images, batch.captions, batch.lengths)
@@ -255,6 +258,8 @@ def preflight(model: torch.nn.Module, data: Any) -> None:
             f"(images {tuple(batch.images.shape)}, captions {tuple(batch.captions.shape)}): "
             f"{type(err).__name__}: {first}. Check the model.* settings against the data"
         ) from err
+    finally:
+        model.train(was_training)
 
 
 def check_weight_files(config: Config) -> None:
