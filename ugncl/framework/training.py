@@ -310,11 +310,6 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
     estimator_data = open_estimator_view(config, data)  # data.estimator: checked before the run
     wanted = config.data.train_images
     have = training_data.num_samples // max(1, config.data.captions_per_image)
-    if wanted is not None and have < wanted:
-        logger.warning(
-            "data.train_images=%d but the training split has %d images: training on %d",
-            wanted, have, have,
-        )  # fmt: skip
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(
             f"train.batch_size={config.train.batch_size} is larger than the training split "
@@ -350,6 +345,11 @@ def train(config: Config, *, config_name: str, resume_dir: str | Path | None = N
             config.run.out_dir, config.run.name, populate=lambda d: _write_config(config, d)
         )
     setup_logging(run_dir / "train.log")
+    if wanted is not None and have < wanted:  # logged to train.log, not a second stderr line
+        logger.warning(
+            "data.train_images=%d but the training split has %d images: training on %d",
+            wanted, have, have,
+        )  # fmt: skip
     logger.info("run %s, seed %d", run_dir, seed)
     if config.train.amp in ("bf16", "fp16") and precision.autocast_dtype is None:
         logger.warning("train.amp=%s needs CUDA; on %s the run is fp32", config.train.amp, device)
