@@ -336,14 +336,48 @@ class ImageSplit:
         return self.image_dir / self.image_files[i]
 
 
+def _check_names(image_dir: Path, files: Sequence[str]) -> None:
+    """Refuse image names that leave the image folder (``../../etc/passwd``, ``/abs/path``)."""
+    for name in files:
+        parts = Path(name).parts
+        if Path(name).is_absolute() or ".." in parts or not parts:
+            raise DataFormatError(
+                f"image name {name!r} (listed for {image_dir}) is not a file name inside the "
+                "image folder; image lists hold plain names such as 1000092795.jpg"
+            )
+
+
 def _check_files(image_dir: Path, files: Sequence[str], naming: str) -> None:
     missing = [f for f in files if not os.path.isfile(os.path.join(image_dir, f))]
     if missing:
         shown = ", ".join(str(image_dir / f) for f in missing[:_MISSING_SHOWN])
         more = f" and {len(missing) - _MISSING_SHOWN} more" if len(missing) > _MISSING_SHOWN else ""
+        hint = f"Put the {_NAMING_HINT[naming]} into {image_dir}"
+        if image_dir.parent.name.startswith("synthetic"):
+            hint = (
+                f"Render the synthetic world's images into {image_dir} with `python "
+                f"tools/render_synthetic.py --root {image_dir.parent.parent}`"
+            )
         raise DataNotFoundError(
-            f"{len(missing)} of {len(files)} images are missing: {shown}{more}. Put the "
-            f"{_NAMING_HINT[naming]} into {image_dir}"
+            f"{len(missing)} of {len(files)} images are missing: {shown}{more}. {hint}"
+        )
+    # Each header once (no pixel decoding): a file that is no image, or one whose pixel count
+    # Pillow refuses (a decompression bomb), is named now rather than by a loader worker.
+    from PIL import Image
+
+    bad = []
+    for f in files:
+        try:
+            with Image.open(os.path.join(image_dir, f)):
+                pass
+        except (OSError, Image.DecompressionBombError) as err:
+            bad.append(f"{image_dir / f} ({str(err).splitlines()[0] if str(err) else err})")
+            if len(bad) >= _MISSING_SHOWN:
+                break
+    if bad:
+        raise DataFormatError(
+            f"image file(s) cannot be read as images: {'; '.join(bad)}. Replace them with valid "
+            f"images ({_NAMING_HINT[naming]})"
         )
 
 
@@ -397,6 +431,7 @@ def open_image_split(
         ids = ids[:max_images]
         captions = captions[: len(ids) * captions_per_image]
     files = image_names_for_ids(ids, naming, ids_path=paths.ids, image_names=paths.image_names)
+    _check_names(paths.image_dir, files)
     if check_files:
         _check_files(paths.image_dir, files, naming)
     true_image = clean_image_index(len(files), captions_per_image)

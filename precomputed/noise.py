@@ -169,10 +169,17 @@ def load_noise_index(
             f"noise file {path} not found; write one with tools/make_noise.py (NCR format: 1-D "
             "int64, one image index per caption)"
         )
+    if path.stat().st_size == 0:
+        raise DataFormatError(
+            f"noise file {path} is empty (0 bytes): its write was cut off; write it again with "
+            "tools/make_noise.py"
+        )
     try:
         index = np.load(path, allow_pickle=False)
-    except ValueError as err:
-        raise DataFormatError(f"noise file {path} is not a plain .npy array ({err})") from err
+    except (ValueError, EOFError, OSError) as err:
+        raise DataFormatError(
+            f"noise file {path} is not a plain .npy array ({err or type(err).__name__})"
+        ) from err
     if index.ndim != 1:
         raise DataFormatError(f"noise file {path} has shape {index.shape}; expected a 1-D array")
     if not np.issubdtype(index.dtype, np.integer):

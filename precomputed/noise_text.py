@@ -50,6 +50,8 @@ def noise_text_names(ratio: float) -> list[str]:
 def _check_cpi(num_captions: int, captions_per_image: int, where: str) -> int:
     if captions_per_image < 1:
         raise ValueError(f"captions_per_image must be >= 1, got {captions_per_image}")
+    if num_captions == 0:
+        raise DataFormatError(f"{where}: no captions (the clean captions file is empty)")
     if num_captions % captions_per_image:
         raise DataFormatError(
             f"{where}: {num_captions} captions are not a multiple of captions_per_image="

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 
 from precomputed.captions import read_captions
+from precomputed.errors import DataFormatError
 from precomputed.layout import locate_split
 from precomputed.vocab import build_vocab
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_new_file, cli_main
 
 
 @cli_main
@@ -25,10 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--splits", nargs="+", default=["train"], help="splits whose captions count")
     p.add_argument("--min-count", type=int, default=4, help="keep words seen at least this often")
     p.add_argument("--out", required=True, help="output JSON path")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args(argv)
+    check_new_file(args.out, args.force, "vocabulary")
     captions: list[str] = []
     for split in args.splits:
         captions += read_captions(locate_split(args.data_root, args.name, split).captions)
+    if not captions:
+        raise DataFormatError(
+            f"the {', '.join(args.splits)} caption file(s) of {args.data_root}/{args.name} hold "
+            "no captions; a vocabulary needs the training captions"
+        )
     vocab = build_vocab(captions, min_count=args.min_count)
     vocab.save(args.out)
     print(f"wrote {args.out}: {len(vocab)} words from {len(captions)} captions")

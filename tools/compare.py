@@ -218,10 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         # A glob such as runs/compare/* also catches the report's own files: skip files.
         dirs = [p for p in args.runs if not Path(p).is_file()]
-        for path in sorted(set(args.runs) - set(dirs)):
-            print(f"skipping {path}: a file, not a run directory", file=sys.stderr)
+        files = sorted(set(args.runs) - set(dirs))
         if not dirs:
-            raise InvalidSettingError("no run directories among the arguments")
+            raise InvalidSettingError(
+                f"no run directories among the arguments ({len(files)} file(s), e.g. "
+                f"{files[0] if files else '-'}); give run folders such as runs/compare/*-s0"
+            )
+        for path in files:
+            print(f"skipping {path}: a file, not a run directory", file=sys.stderr)
         rows = [read_run(path, label) for path, label in zip(dirs, run_labels(dirs))]
     check_same_noise(rows)
     add_cost_ratio(rows)

@@ -16,7 +16,7 @@ import argparse
 import json
 
 from sgraf.checkpoint import load_released_checkpoint, save_model_file
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_writable, cli_main
 
 
 @cli_main
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         "--which", choices=["model_A", "model_B"], default=None, help="NCR network (default A)"
     )
     args = parser.parse_args(argv)
+    check_writable(args.dst, "output model file")
     state, config, info = load_released_checkpoint(args.src, which=args.which)
     save_model_file(args.dst, state, config, source=info)
     print(json.dumps({"wrote": args.dst, "format": info["format"], "model_config": config}))

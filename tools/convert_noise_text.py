@@ -26,6 +26,7 @@ from precomputed.captions import read_captions_txt
 from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.noise import clean_image_index, load_noise_index, noise_sha256, save_noise_index
 from precomputed.noise_text import caption_index_to_noisy_text, read_noisy_caption_index
+from ugncl.framework.cli import check_writable, cli_main
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,9 +53,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cpi = args.captions_per_image
+    check_writable(args.out if args.noisy_caps is not None else args.to_text, "output")
     try:
         if args.noisy_caps is not None:
             index = read_noisy_caption_index(args.clean_caps, args.noisy_caps, cpi)

@@ -39,7 +39,7 @@ from precomputed.noise import clean_image_index
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.oracle import oracle_scores
 from precomputed.synthetic.world import read_scenes
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_writable, cli_main
 from ugncl.framework.config import load_config
 from ugncl.framework.engine.recorder import read_metrics
 from ugncl.framework.metrics import retrieval_metrics
@@ -269,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--noise-ratio must be in [0, 1), got {args.noise_ratio}")
         if out.exists() and any(out.iterdir()):
             raise ValueError(f"{out} already holds runs; pass another --out")
+        check_writable(out / ".probe", "runs folder")
         ensure_world(root, world_settings(args.world))
         common = [f"data.root={root}", f"run.out_dir={out}"]
         if args.seed is not None:

@@ -22,11 +22,12 @@ import torch
 from precomputed.errors import InvalidSettingError
 from ugncl.backbones.sgraf.data import as_eval_data
 from ugncl.framework.build import BACKBONES, build_method, check_checkpoint, model_from_file
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_writable, cli_main
 from ugncl.framework.config import Config, ConfigError, DataConfig, build_config, choices
 from ugncl.framework.engine import distributed
 from ugncl.framework.engine.device import select_device
 from ugncl.framework.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
+from ugncl.framework.metrics import TIE_RULES
 
 COCO_TESTALL_IMAGES = 5000
 
@@ -48,6 +49,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--eval-score", choices=choices()["eval.eval_score"], default=None,
         help="per-view score before averaging views (default: the checkpoint's eval.eval_score)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ties", choices=TIE_RULES, default=TIE_RULES[0],
+        help="tie rule: random = expected ranks under random tie-breaking (a collapsed model "
+        "scores chance), pessimistic, release = the released code's argsort order, optimistic",
     )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--batch-size", type=int, default=128)
@@ -92,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.batch_size < 1:
         raise InvalidSettingError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.json_out:
+        check_writable(args.json_out, "--json file")
     # torchrun --nproc_per_node N tools/eval.py ...: each process scores a block of image rows.
     env, device_name = distributed.init_from_env(args.device)
     device = select_device(device_name)
@@ -99,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     data, config = data_config(loaded[0][1], args)
     model = loaded[0][0]
     backbone = getattr(model, "backbone", "") or "sgraf"
+    for path, (other, _) in zip(args.checkpoints[1:], loaded[1:]):
+        if (getattr(other, "backbone", "") or "sgraf") != backbone:
+            raise InvalidSettingError(
+                f"{path} is a {getattr(other, 'backbone', '') or 'sgraf'} model but "
+                f"{args.checkpoints[0]} is a {backbone} model: an ensemble averages the score "
+                "matrices of models reading the same inputs; evaluate them separately"
+            )
     for path, (_, state) in zip(args.checkpoints, loaded):
         check_checkpoint(backbone, data, state, path)  # e.g. SGRAF: the same vocabulary
     split = as_eval_data(
@@ -111,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             f"--protocol coco5fold needs the {COCO_TESTALL_IMAGES} images of COCO testall; "
             f"{data.name}/{split.split} has {num_images}. Use --protocol full or 1k"
         )
+    if protocol == "1k" and num_images != 1000:
+        raise InvalidSettingError(
+            f"--protocol 1k ranks a 1000-image test set; {data.name}/{split.split} has "
+            f"{num_images} images. Use --protocol full"
+        )
     eval_score = config.eval.eval_score
     results, _ = evaluate_models(
         [model for model, _ in loaded],
@@ -119,12 +139,16 @@ def main(argv: list[str] | None = None) -> int:
         score=build_method(config).retrieval_score,
         batch_size=args.batch_size,
         device=device,
+        ties=args.ties,
     )
     if env.enabled:
         distributed.shutdown()
         if not env.is_main:  # rank 0 prints and writes for the job
             return 0
-    print(f"{data.name}/{split.split}, {len(loaded)} model(s), eval_score={eval_score}")
+    print(
+        f"{data.name}/{split.split}, {len(loaded)} model(s), eval_score={eval_score}, "
+        f"ties={args.ties}"
+    )
     print(metric_table(results))
     if args.json_out:
         payload = {
@@ -132,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             "dataset": data.name,
             "split": split.split,
             "eval_score": eval_score,
+            "ties": args.ties,
             "results": results,
         }
         Path(args.json_out).write_text(json.dumps(payload, indent=2), encoding="utf-8")

@@ -34,7 +34,7 @@ from precomputed.noise import (
     read_noise_file,
     save_noise_index,
 )
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_new_file, cli_main
 
 
 @cli_main
@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         "NPC/SDD/OSA {r}_noise_train_caps.txt), told apart from its content",
     )
     p.add_argument("--out", required=True, help="output .npy path")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args(argv)
+    check_new_file(args.out, args.force, "noise file")
     if sum(a is not None for a in (args.ratio, args.from_image_perm, args.from_file)) != 1:
         p.error("give exactly one of --ratio, --from-image-perm or --from-file")
     cpi = args.captions_per_image

@@ -14,13 +14,14 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from precomputed.errors import UserError
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.generators import GENERATORS
 from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
 from precomputed.synthetic.writer import redraw_nuisance
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_writable, cli_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
             "(N, regions, feature-dim) float32, {split}_caps.txt (5 captions per image), "
             "{split}_scenes.jsonl (scene descriptions for later rendering), NCR noise files "
             "noise_{ratio}_seed{noise-seed}.npy for the train split, world.json (settings), and "
-            "<out>/synthetic_precomp_vocab.json (SCAN vocabulary). Deterministic given --seed."
+            "<out>/synthetic_precomp_vocab.json (SCAN vocabulary); then renders the same "
+            "scenes as images for the CLIP track into <out>/synthetic_clip/ (images/ and "
+            "annotations/; --image-size 0 skips it). Deterministic given --seed."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -138,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.image_size != 0 and args.image_size < 16:
         raise UserError(f"--image-size {args.image_size} is too small; use >= 16 pixels or 0")
+    check_writable(Path(args.out) / ".probe", "output folder")
     start = time.perf_counter()
     if args.redraw_nuisance is not None:
         return _redraw(args, start)

@@ -24,6 +24,7 @@ from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
 from ugncl.backbones.clip.loading import WeightsError
 from ugncl.backbones.clip.models import TINY_MODEL
 from ugncl.backbones.clip.pretrain import PretrainConfig, pretrain_on_world
+from ugncl.framework.cli import check_writable, cli_main
 
 DEFAULT_NAME = f"clip/{TINY_MODEL}-pretrained.pt"
 
@@ -50,8 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    out = Path(args.out) if args.out else Path(args.data) / DEFAULT_NAME
+    check_writable(out, "output weights file")  # before the training, not after it
+    check_writable(out.with_suffix(".json"), "output record")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:

@@ -21,6 +21,7 @@ from precomputed.synthetic.render import (
     render_scene,
     write_clip_images,
 )
+from ugncl.framework.cli import check_writable, cli_main
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,8 +57,10 @@ def _time(scene_file: Path, n: int, size: int, fmt: str) -> None:
     )
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    check_writable(Path(args.root) / args.name / ".probe", "output folder")
     if args.size < 16:
         print(f"error: --size {args.size} is too small; use at least 16 pixels", file=sys.stderr)
         return 2

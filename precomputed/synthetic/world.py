@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataNotFoundError
+from ..errors import DataFormatError, DataNotFoundError
 
 __all__ = [
     "CATEGORIES",
@@ -118,7 +118,16 @@ def read_world_settings(root: str | Path, source: str) -> dict:
             f"{path} does not exist; pass the data root of a world tools/make_synthetic.py "
             f"wrote, or generate one with `python tools/make_synthetic.py --out {root}`"
         )
-    return json.loads(path.read_text())
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataFormatError(
+            f"{path} is not the JSON settings file tools/make_synthetic.py writes ({err}); "
+            f"generate the world again with `python tools/make_synthetic.py --out {root}`"
+        ) from err
+    if not isinstance(settings, dict):
+        raise DataFormatError(f"{path} does not hold a JSON object of generator settings")
+    return settings
 
 
 def popularity(n: int, sharing: float) -> np.ndarray:

@@ -320,6 +320,9 @@ def load_yaml_tree(path: Path) -> dict[str, Any]:
         if base_name is None:
             return tree
         base_path = (path.parent / base_name).resolve()
+        if not base_path.is_file() and (CONFIG_DIR / str(base_name)).is_file():
+            # A config written outside configs/ with the documented ``_base_: base.yaml``.
+            base_path = CONFIG_DIR / str(base_name)
     else:
         base_path = DEFAULT_BASE
         if path.resolve() == base_path.resolve():
@@ -338,6 +341,13 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist")
     try:
         tree = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {err.start}: {err.reason}); a config is a YAML "
+            "file, save it as UTF-8"
+        ) from err
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror}") from err
     except _DuplicateKeyError as err:
         raise ConfigError(
             f"{path}: key '{err.key}' is given twice in the same mapping (lines {err.first} and "
@@ -388,7 +398,14 @@ def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like key.path=value")
         dotted, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as err:
+            problem = str(err).splitlines()[0]
+            raise ConfigError(
+                f"override '{item}': the value is not a plain YAML scalar ({problem}); "
+                "give a number, a word, a quoted string or null"
+            ) from err
         node = tree
         keys = dotted.strip().split(".")
         for key in keys[:-1]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -231,6 +232,29 @@ def pack_words(words: Tensor, lengths: Tensor, packed: Tensor, start: int) -> in
     return start
 
 
+#: Seconds between two progress lines of a long evaluation pass.
+PROGRESS_SECONDS = 30.0
+
+
+class PassProgress:
+    """Log lines ``<what>: done/total (pct), eta Ns`` at most every :data:`PROGRESS_SECONDS`
+    (a pass shorter than that logs nothing): the test split of COCO 5K or CC152K takes
+    minutes to encode and score on a CPU, and a silent log reads as a hang."""
+
+    def __init__(self, what: str, total: int) -> None:
+        self.what, self.total = what, max(1, int(total))
+        self.started = self.last = time.monotonic()
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_SECONDS or done <= 0:
+            return
+        self.last = now
+        eta = (now - self.started) / done * max(0, self.total - done)
+        logger.info("%s: %d/%d (%.0f%%), eta %.0fs", self.what, done, self.total,
+                    100.0 * done / self.total, eta)  # fmt: skip
+
+
 def encode_split(
     model: nn.Module,
     split: EvalData | PrecomputedSplit,
@@ -273,9 +297,11 @@ def encode_split(
     cap_emb: Tensor | None = None  # sentence-level (n_cap, E), or token-level packed words
     packed: Tensor | None = None
     offsets = torch.cumsum(lengths, 0) - lengths
+    progress = PassProgress(f"encoding {data.name}/{data.split}", n_img + n_cap)
     with eval_mode(model):
         for a in range(0 if img_emb is None else n_img, n_img, batch_size):
             b = min(a + batch_size, n_img)
+            progress.update(b)
             out = model.encode_images(data.images(a, b).to(device))
             if img_emb is None:
                 shape = list(out.shape)
@@ -284,6 +310,7 @@ def encode_split(
             img_emb.narrow(axis, a, b - a).copy_(out.float().cpu())
         for a in range(0, n_cap, batch_size):
             b = min(a + batch_size, n_cap)
+            progress.update(n_img + b)
             ids, lens = data.captions(a, b)
             out = model.encode_captions(ids.to(device), lens.to(device))
             del ids
@@ -464,6 +491,7 @@ def evaluate_scores(
     caption_to_image: np.ndarray | Tensor,
     *,
     protocol: str = "full",
+    ties: str = "random",
 ) -> dict[str, dict[str, float]]:
     """Apply a protocol to a score matrix.
 
@@ -473,6 +501,8 @@ def evaluate_scores(
         protocol: ``"full"`` (the whole matrix), ``"1k"`` (the whole matrix, expected to be
             1000 images: Flickr30K test, CC152K test) or ``"coco5fold"`` (COCO ``testall``: the
             mean of five 1000-image folds, and the full 5K matrix).
+        ties: tie rule of :mod:`ugncl.framework.metrics` (default: expected ranks and recalls
+            under random tie-breaking, so a collapsed model scores chance).
 
     Returns:
         ``{section: metrics}`` with metrics keyed by :data:`ugncl.framework.metrics.METRIC_KEYS`.
@@ -483,11 +513,11 @@ def evaluate_scores(
         raise ValueError(f"protocol={protocol!r} is not one of {PROTOCOLS}")
     n_img, n_cap = tuple(scores.shape)
     if protocol == "full":
-        return {"full": retrieval_metrics(scores, caption_to_image)}
+        return {"full": retrieval_metrics(scores, caption_to_image, ties=ties)}
     if protocol == "1k":
         if n_img != 1000:
             logger.warning("protocol '1k' on %d images (published 1K test sets have 1000)", n_img)
-        return {"1k": retrieval_metrics(scores, caption_to_image)}
+        return {"1k": retrieval_metrics(scores, caption_to_image, ties=ties)}
 
     if n_cap % n_img:
         raise ValueError(
@@ -496,9 +526,9 @@ def evaluate_scores(
         )
     if n_img != 5000:
         logger.warning("protocol 'coco5fold' on %d images (COCO testall has 5000)", n_img)
-    folds = fold_metrics(scores, caption_to_image, coco_folds(n_img, n_cap // n_img, 5))
+    folds = fold_metrics(scores, caption_to_image, coco_folds(n_img, n_cap // n_img, 5), ties=ties)
     out: dict[str, dict[str, float]] = {"5fold": folds["mean"]}
-    out["5k"] = retrieval_metrics(scores, caption_to_image)
+    out["5k"] = retrieval_metrics(scores, caption_to_image, ties=ties)
     out.update({f"fold{i}": m for i, m in enumerate(folds["folds"])})
     return out
 
@@ -514,6 +544,7 @@ def evaluate_models(
     batch_size: int = 128,
     device: torch.device | str | None = None,
     memory_budget_bytes: int | None = None,
+    ties: str = "random",
 ) -> tuple[dict[str, dict[str, float]], np.ndarray]:
     """Encode ``split`` with each model, average their score matrices and evaluate.
 
@@ -521,6 +552,7 @@ def evaluate_models(
         models: one model, or several whose score matrices are averaged (SGR + SAF).
         split: the split to rank (its clean caption->image map is the ground truth).
         protocol: see :func:`evaluate_scores`; ``None`` -> :func:`default_protocol`.
+        ties: tie rule, see :func:`evaluate_scores`.
         score, eval_score, tau, memory_budget_bytes: see :func:`score_matrix`.
         batch_size, device: see :func:`encode_split`.
 
@@ -552,7 +584,8 @@ def evaluate_models(
         )
         del encoded  # free one model's embeddings before encoding with the next
     scores = ensemble(mats)
-    return evaluate_scores(scores, data.caption_to_image, protocol=protocol), scores
+    results = evaluate_scores(scores, data.caption_to_image, protocol=protocol, ties=ties)
+    return results, scores
 
 
 class Evaluator:

@@ -13,12 +13,30 @@ Conventions (used by every function here):
 * Ranks are 0-based: rank 0 means the ground truth is the top candidate.
   i2t: the rank of the best-ranked ground-truth caption of each image (SCAN/NCR ``i2t``).
   t2i: the rank of the single ground-truth image of each caption (SCAN/NCR ``t2i``).
-* **Tie rule (optimistic):** a rank is the number of candidates whose score is *strictly*
-  higher than the ground-truth score, so candidates tied with the ground truth never push it
-  down. The released code (``numpy.argsort`` per row) resolves ties by sort order instead, so
-  the two can differ only when exact ties occur; with continuous scores they agree.
+* **Tie rule** (``ties=``, see :data:`TIE_RULES`); the default is ``"random"``, the *expected*
+  rank and recall when the ties are broken uniformly at random. With ``g`` candidates scoring
+  strictly higher than the ground truth, ``t`` candidates tied with it and ``m`` ground-truth
+  items sharing the best ground-truth score (``m = 1`` for t2i), the best ground truth sits at a
+  uniformly random place among the ``t + m`` tied items, so
+
+  - expected rank ``= g + t / (m + 1)``;
+  - ``P(rank < K) = 1 - C(t, j) / C(t + m, j)`` with ``j = K - g`` (0 if ``j <= 0``, 1 if
+    ``j > t``), and R@K is the mean of these probabilities.
+
+  Why this rule: a model that cannot tell candidates apart must not score. A constant score
+  matrix (a collapsed encoder, every caption tokenised to the same ids) gets exactly the chance
+  recall ``K / n`` and rank ``(n - 1) / 2``, while the old optimistic rule (strictly-higher
+  counting, ties favour the ground truth) reported R@1 100 for it. The pessimistic rule
+  (``"pessimistic"``, every tie counts against the ground truth) also cannot reward a
+  degenerate model, but it gives 0 instead of chance and penalises genuine ties of a good
+  model (fp16 scores, quantised features); the expected rank is unbiased and agrees with both
+  whenever there are no exact ties, which is the case with continuous scores.
+  ``"release"`` reproduces the released code (``numpy.argsort`` of each row, read in
+  descending order: ties resolved by sort order, so the result depends on the column order);
+  ``"optimistic"`` is the previous strictly-higher rule, kept only to reproduce old numbers.
 * R@K is in percent; ``medr = floor(median(rank)) + 1`` and ``meanr = mean(rank) + 1`` (1-based,
-  as in SCAN/NCR); ``rsum`` is the sum of the six recalls.
+  as in SCAN/NCR; under ``"random"`` of the expected ranks); ``rsum`` is the sum of the six
+  recalls.
 
 The ranks are computed chunk by chunk (rows of the matrix) by counting candidates that beat the
 ground-truth score: no dense label matrix and no full ``argsort`` of the matrix (the released
@@ -38,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "METRIC_KEYS",
+    "TIE_RULES",
     "coco_folds",
     "fold_metrics",
     "i2t_ranks",
@@ -60,6 +79,9 @@ METRIC_KEYS: tuple[str, ...] = (
     "i2t/meanr",
     "t2i/meanr",
 )
+
+#: Tie rules accepted by the ``ties=`` argument (the first is the default; see the module doc).
+TIE_RULES: tuple[str, ...] = ("random", "pessimistic", "release", "optimistic")
 
 # Elements of the boolean comparison block allocated per chunk (16M bools = 16 MiB).
 _CHUNK_ELEMENTS = 1 << 24
@@ -137,61 +159,139 @@ def _rows_per_chunk(n_cols: int) -> int:
     return max(1, _CHUNK_ELEMENTS // max(1, n_cols))
 
 
-def i2t_ranks(scores: ScoreMatrix, caption_to_image: np.ndarray | torch.Tensor) -> np.ndarray:
-    """Image-to-text rank of the best-ranked ground-truth caption of every image.
+def _check_ties(ties: str) -> str:
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties={ties!r} is not one of {TIE_RULES}")
+    return ties
 
-    Args:
-        scores: ``(n_img, n_cap)`` score matrix.
-        caption_to_image: ``(n_cap,)`` image index of each caption.
 
-    Returns:
-        ``(n_img,)`` int64, 0-based: the number of captions scoring strictly higher than the
-        image's best ground-truth caption (ties favour the ground truth).
-    """
-    s = _as_score_array(scores)
+def _i2t_counts(s: np.ndarray, c2i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per image: (captions strictly above the best GT caption, impostors tied with it, GT
+    captions tied at the best GT score), each ``(n_img,)`` int64."""
     n_img, n_cap = s.shape
-    c2i = _check_caption_to_image(caption_to_image, n_img, n_cap)
-
     # Captions grouped by image: the GT captions of image i are order[starts[i]:starts[i+1]].
     order = np.argsort(c2i, kind="stable")
     counts = np.bincount(c2i, minlength=n_img)
     starts = np.concatenate(([0], np.cumsum(counts)))
 
-    ranks = np.empty(n_img, dtype=np.int64)
+    above = np.empty(n_img, dtype=np.int64)
+    tied = np.empty(n_img, dtype=np.int64)
+    gt_tied = np.empty(n_img, dtype=np.int64)
     step = _rows_per_chunk(n_cap)
     for a in range(0, n_img, step):
         b = min(a + step, n_img)
         block = s[a:b]
         cols = order[starts[a] : starts[b]]
         rows = np.repeat(np.arange(b - a), counts[a:b])
-        best_gt = np.maximum.reduceat(block[rows, cols], starts[a:b] - starts[a])
+        gt_scores = block[rows, cols]
+        offsets = starts[a:b] - starts[a]
+        best_gt = np.maximum.reduceat(gt_scores, offsets)
         # No GT caption can beat the best GT score, so this counts impostors only.
-        ranks[a:b] = np.count_nonzero(block > best_gt[:, None], axis=1)
+        above[a:b] = np.count_nonzero(block > best_gt[:, None], axis=1)
+        gt_at_best = np.add.reduceat((gt_scores == best_gt[rows]).astype(np.int64), offsets)
+        gt_tied[a:b] = gt_at_best
+        tied[a:b] = np.count_nonzero(block == best_gt[:, None], axis=1) - gt_at_best
+    return above, tied, gt_tied
+
+
+def _t2i_counts(s: np.ndarray, c2i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per caption: (images strictly above the GT image, impostor images tied with it, 1)."""
+    n_img, n_cap = s.shape
+    gt = s[c2i, np.arange(n_cap)]
+    above = np.zeros(n_cap, dtype=np.int64)
+    tied = np.full(n_cap, -1, dtype=np.int64)  # the GT image itself is always "tied"
+    step = _rows_per_chunk(n_cap)
+    # Walk contiguous row blocks (cheap for a C-ordered matrix) and accumulate per column.
+    for a in range(0, n_img, step):
+        block = s[a : a + step]
+        above += np.count_nonzero(block > gt[None, :], axis=0)
+        tied += np.count_nonzero(block == gt[None, :], axis=0)
+    return above, tied, np.ones(n_cap, dtype=np.int64)
+
+
+def _release_ranks(s: np.ndarray, gt_sets: list[np.ndarray] | np.ndarray) -> np.ndarray:
+    """The released code's ranks: ``argsort`` of each row read in descending order, the rank of
+    a row's best-placed ground truth (SCAN/NCR ``i2t``/``t2i``); ``s`` rows are the queries."""
+    ranks = np.empty(s.shape[0], dtype=np.int64)
+    for i in range(s.shape[0]):
+        inds = np.argsort(s[i])[::-1]
+        position = np.empty_like(inds)
+        position[inds] = np.arange(inds.size)
+        ranks[i] = position[np.atleast_1d(gt_sets[i])].min()
     return ranks
 
 
-def t2i_ranks(scores: ScoreMatrix, caption_to_image: np.ndarray | torch.Tensor) -> np.ndarray:
+def _ranks_from_counts(
+    above: np.ndarray, tied: np.ndarray, gt_tied: np.ndarray, ties: str
+) -> np.ndarray:
+    if ties == "random":
+        return above + tied / (gt_tied + 1.0)
+    if ties == "pessimistic":
+        return above + tied
+    return above  # optimistic
+
+
+def _hit_probability(
+    above: np.ndarray, tied: np.ndarray, gt_tied: np.ndarray, k: int
+) -> np.ndarray:
+    """``P(rank < k)`` of each query when the ties are broken uniformly at random.
+
+    The best GT is above rank ``k`` unless all of the first ``j = k - above`` places of the
+    tied block go to impostors: ``P(miss) = C(t, j) / C(t + m, j) = prod_{i<j} (t-i)/(t+m-i)``.
+    """
+    j = k - above
+    miss = np.ones(above.shape, dtype=np.float64)
+    # j <= 0: a certain miss; j > t: a certain hit; else the product above (j < k terms).
+    for i in range(int(k)):
+        active = (i < j) & (i <= tied)
+        num = np.where(active, tied - i, 1).astype(np.float64)
+        den = np.where(active, tied + gt_tied - i, 1).astype(np.float64)
+        miss *= num / den
+    return np.where(j <= 0, 0.0, 1.0 - miss)
+
+
+def i2t_ranks(
+    scores: ScoreMatrix, caption_to_image: np.ndarray | torch.Tensor, *, ties: str = "random"
+) -> np.ndarray:
+    """Image-to-text rank of the best-ranked ground-truth caption of every image.
+
+    Args:
+        scores: ``(n_img, n_cap)`` score matrix.
+        caption_to_image: ``(n_cap,)`` image index of each caption.
+        ties: tie rule (:data:`TIE_RULES`, module doc).
+
+    Returns:
+        ``(n_img,)``, 0-based: float64 expected ranks for ``"random"``, int64 otherwise.
+    """
+    s = _as_score_array(scores)
+    n_img, n_cap = s.shape
+    c2i = _check_caption_to_image(caption_to_image, n_img, n_cap)
+    if _check_ties(ties) == "release":
+        order = np.argsort(c2i, kind="stable")
+        starts = np.concatenate(([0], np.cumsum(np.bincount(c2i, minlength=n_img))))
+        return _release_ranks(s, [order[starts[i] : starts[i + 1]] for i in range(n_img)])
+    return _ranks_from_counts(*_i2t_counts(s, c2i), ties)
+
+
+def t2i_ranks(
+    scores: ScoreMatrix, caption_to_image: np.ndarray | torch.Tensor, *, ties: str = "random"
+) -> np.ndarray:
     """Text-to-image rank of the ground-truth image of every caption.
 
     Args:
         scores: ``(n_img, n_cap)`` score matrix.
         caption_to_image: ``(n_cap,)`` image index of each caption.
+        ties: tie rule (:data:`TIE_RULES`, module doc).
 
     Returns:
-        ``(n_cap,)`` int64, 0-based: the number of images scoring strictly higher than the
-        caption's ground-truth image (ties favour the ground truth).
+        ``(n_cap,)``, 0-based: float64 expected ranks for ``"random"``, int64 otherwise.
     """
     s = _as_score_array(scores)
     n_img, n_cap = s.shape
     c2i = _check_caption_to_image(caption_to_image, n_img, n_cap)
-
-    gt = s[c2i, np.arange(n_cap)]
-    ranks = np.zeros(n_cap, dtype=np.int64)
-    step = _rows_per_chunk(n_cap)
-    # Walk contiguous row blocks (cheap for a C-ordered matrix) and accumulate per column.
-    for a in range(0, n_img, step):
-        ranks += np.count_nonzero(s[a : a + step] > gt[None, :], axis=0)
-    return ranks
+    if _check_ties(ties) == "release":
+        return _release_ranks(np.ascontiguousarray(s.T), c2i)
+    return _ranks_from_counts(*_t2i_counts(s, c2i), ties)
 
 
 def recall_at(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[int, float]:
@@ -208,23 +308,36 @@ def recall_at(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[int, fl
     if r.ndim != 1 or r.size == 0:
         raise ValueError(f"ranks must be a non-empty 1-D array, got shape {r.shape}")
     out: dict[int, float] = {}
-    for k in ks:
-        if int(k) != k or k < 1:
-            raise ValueError(f"recall cut-off K must be a positive integer, got {k!r}")
-        out[int(k)] = 100.0 * float(np.count_nonzero(r < k)) / r.size
+    for k in _check_ks(ks):
+        out[k] = 100.0 * float(np.count_nonzero(r < k)) / r.size
     return out
 
 
-def _rank_summary(prefix: str, ranks: np.ndarray) -> dict[str, float]:
-    recalls = recall_at(ranks, (1, 5, 10))
-    out = {f"{prefix}/R@{k}": v for k, v in recalls.items()}
+def _check_ks(ks: Sequence[int]) -> list[int]:
+    for k in ks:
+        if int(k) != k or k < 1:
+            raise ValueError(f"recall cut-off K must be a positive integer, got {k!r}")
+    return [int(k) for k in ks]
+
+
+def _rank_summary(prefix: str, s: np.ndarray, c2i: np.ndarray, ties: str) -> dict[str, float]:
+    if ties in ("release", "optimistic", "pessimistic"):
+        ranks = (i2t_ranks if prefix == "i2t" else t2i_ranks)(s, c2i, ties=ties)
+        out = {f"{prefix}/R@{k}": v for k, v in recall_at(ranks, (1, 5, 10)).items()}
+    else:
+        counts = (_i2t_counts if prefix == "i2t" else _t2i_counts)(s, c2i)
+        ranks = _ranks_from_counts(*counts, ties)
+        out = {
+            f"{prefix}/R@{k}": 100.0 * float(np.mean(_hit_probability(*counts, k)))
+            for k in (1, 5, 10)
+        }
     out[f"{prefix}/medr"] = float(math.floor(np.median(ranks))) + 1.0
     out[f"{prefix}/meanr"] = float(np.mean(ranks)) + 1.0
     return out
 
 
 def retrieval_metrics(
-    scores: ScoreMatrix, caption_to_image: np.ndarray | torch.Tensor
+    scores: ScoreMatrix, caption_to_image: np.ndarray | torch.Tensor, *, ties: str = "random"
 ) -> dict[str, float]:
     """All retrieval metrics of one score matrix.
 
@@ -232,6 +345,8 @@ def retrieval_metrics(
         scores: ``(n_img, n_cap)`` score matrix (rows images, columns captions).
         caption_to_image: ``(n_cap,)`` image index of each caption (``k // 5`` for
             Flickr30K/COCO, ``k`` for CC152K).
+        ties: tie rule (:data:`TIE_RULES`); the default ``"random"`` gives the expected
+            metrics under uniformly random tie-breaking, so a constant matrix scores chance.
 
     Returns:
         Plain floats under exactly the keys of :data:`METRIC_KEYS` (R@K in percent).
@@ -241,10 +356,13 @@ def retrieval_metrics(
         >>> s = np.array([[0.9, 0.1], [0.2, 0.8]], dtype=np.float32)
         >>> retrieval_metrics(s, np.array([0, 1]))["rsum"]
         600.0
+        >>> retrieval_metrics(np.ones((2, 2), dtype=np.float32), np.array([0, 1]))["rsum"]
+        300.0
     """
+    _check_ties(ties)
     s = _as_score_array(scores)
     c2i = _check_caption_to_image(caption_to_image, *s.shape)
-    summary = {**_rank_summary("i2t", i2t_ranks(s, c2i)), **_rank_summary("t2i", t2i_ranks(s, c2i))}
+    summary = {**_rank_summary("i2t", s, c2i, ties), **_rank_summary("t2i", s, c2i, ties)}
     summary["rsum"] = sum(summary[f"{d}/R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
     return {key: summary[key] for key in METRIC_KEYS}
 
@@ -292,6 +410,8 @@ def fold_metrics(
     scores: ScoreMatrix,
     caption_to_image: np.ndarray | torch.Tensor,
     folds: Sequence[tuple[slice, slice]],
+    *,
+    ties: str = "random",
 ) -> dict[str, dict[str, float] | list[dict[str, float]]]:
     """Metrics of each fold's sub-matrix and their mean.
 
@@ -302,6 +422,7 @@ def fold_metrics(
         scores: ``(n_img, n_cap)`` score matrix of the full split.
         caption_to_image: ``(n_cap,)`` image index of each caption in the full split.
         folds: ``(image_slice, caption_slice)`` pairs, e.g. from :func:`coco_folds`.
+        ties: tie rule (:data:`TIE_RULES`).
 
     Returns:
         ``{"mean": {key: mean over folds}, "folds": [metrics of fold 0, ...]}``.
@@ -330,7 +451,7 @@ def fold_metrics(
                 "captions (are the captions grouped by image, k // captions_per_image?)."
             )
         try:
-            per_fold.append(retrieval_metrics(s[i0:i1, c0:c1], local))
+            per_fold.append(retrieval_metrics(s[i0:i1, c0:c1], local, ties=ties))
         except ValueError as err:
             raise ValueError(
                 f"fold {i} (images [{i0}, {i1}), captions [{c0}, {c1})): {err}"

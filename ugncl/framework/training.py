@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 import os
 import time
@@ -32,6 +34,7 @@ from ugncl.framework.build import (
     check_method_backbone,
     open_run_data,
 )
+from ugncl.framework.cli import check_writable
 from ugncl.framework.config import Config, ConfigError, load_config
 from ugncl.framework.engine import distributed
 from ugncl.framework.engine.allocator import keep_freed_memory
@@ -64,8 +67,15 @@ SAFE_RESUME_KEYS: tuple[str, ...] = (
     "eval.memory_budget_mb",
     "eval.test_after_training",
 )
+#: Config keys naming files whose content (not just whose path) the run learns from: their
+#: sha256 is part of the run's identity, so a resume notices a file replaced underneath it.
+WEIGHT_FILE_KEYS: tuple[str, ...] = ("model.clip.pretrained", "method.osa.estimator")
 # Records that describe the run, not an epoch: kept when a resume rewinds metrics.jsonl.
 _RUN_RECORDS = ("setup", "method_setup", "resume")
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; the message is the command that continues it."""
 
 
 class RunNotFoundError(UserError, FileNotFoundError):
@@ -109,14 +119,22 @@ def load_resume_config(run_dir: str | Path, overrides: tuple[str, ...] | list[st
 def resume_changes(run_dir: Path, config: Config) -> dict[str, list[Any]]:
     """``{key: [saved, new]}`` of every value ``config`` changes in the run's saved config.
 
+    A run that has neither a checkpoint nor a finished method setup has learnt nothing yet
+    (its setup failed, e.g. an unreadable ``method.osa.estimator`` or an empty memory bank, or
+    it was killed before its first epoch ended): it starts over from epoch 0, so any key may
+    change, and the fixed setting continues the same folder.
+
     Raises:
         ConfigError: a change outside :data:`SAFE_RESUME_KEYS` (it would change the experiment).
     """
     saved = _flatten(load_resume_config(run_dir).to_dict())
     new = _flatten(config.to_dict())
     changes = {k: [saved.get(k), v] for k, v in new.items() if saved.get(k) != v}
+    fresh = not (run_dir / "checkpoints" / "last.pt").is_file() and not any(
+        r.get("event") == "method_setup" for r in _records(run_dir)
+    )
     for key, (old, value) in changes.items():
-        if key not in SAFE_RESUME_KEYS:
+        if key not in SAFE_RESUME_KEYS and not fresh:
             raise ConfigError(
                 f"--resume cannot change {key} ({old!r} -> {value!r}): it would change the "
                 f"experiment half-way. A resume may change only {', '.join(SAFE_RESUME_KEYS)}; "
@@ -134,6 +152,129 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_identity(config: Config, image_index: Any, data: Any) -> dict[str, str]:
+    """What the run learns from, hashed: the config (less :data:`SAFE_RESUME_KEYS`), the
+    training noise index in effect, the vocabulary and every weights file the config names
+    (:data:`WEIGHT_FILE_KEYS`). Stored in every checkpoint; a resume recomputes and compares it.
+    """
+    from precomputed.noise import noise_sha256
+
+    flat = _flatten(config.to_dict())
+    learned = {k: v for k, v in flat.items() if k not in SAFE_RESUME_KEYS}
+    identity = {
+        "config": hashlib.sha256(
+            json.dumps(learned, sort_keys=True, default=str).encode("utf-8")
+        ).hexdigest(),
+        "noise_index": noise_sha256(image_index),
+    }
+    vocab = data.checkpoint_extra().get("vocab_sha256")
+    if vocab is not None:
+        identity["vocab"] = str(vocab)
+    for key in WEIGHT_FILE_KEYS:
+        value = flat.get(key)
+        if isinstance(value, str) and Path(value).is_file():
+            identity[key] = file_sha256(value)
+    return identity
+
+
+def check_identity(
+    state: dict[str, Any], config: Config, identity: dict[str, str], where: Path
+) -> None:
+    """Refuse to resume from ``where`` when anything the run learns from changed since that
+    checkpoint was written: a config value (``config.yaml`` edited by hand), the noise index,
+    the vocabulary or a weights file; the message names it.
+
+    Raises:
+        ConfigError: the first difference found.
+    """
+    saved = state.get("config")
+    if isinstance(saved, dict):
+        old, new = _flatten(saved), _flatten(config.to_dict())
+        # Keys of both only: a key this version of the package added has its default.
+        for key in sorted(set(old) & set(new)):
+            if key in SAFE_RESUME_KEYS or old[key] == new[key]:
+                continue
+            raise ConfigError(
+                f"--resume: {key} is {new[key]!r} but {where} was trained with {old[key]!r} "
+                f"(was {where.parent.parent / 'config.yaml'} edited?). A resume may change "
+                f"only {', '.join(SAFE_RESUME_KEYS)}; put {key} back to {old[key]!r}, or "
+                "start a new run"
+            )
+    names = {
+        "noise_index": "the training noise index (data.noise_file / data.noise_seed)",
+        "vocab": "the vocabulary file (data.vocab)",
+    }
+    for item, digest in (state.get("identity") or {}).items():
+        if item == "config" or identity.get(item) == digest:
+            continue
+        what = names.get(item, f"the file {item} names")
+        now = identity.get(item)
+        raise ConfigError(
+            f"--resume: {what} changed since {where} was written (sha256 {digest[:12]} -> "
+            f"{now[:12] if now else 'missing'}); the run would continue on other data or "
+            "weights. Restore the original file, or start a new run"
+        )
+
+
+def check_run_name(name: str) -> None:
+    """``run.name`` is one folder name inside ``run.out_dir`` (no ``/``, no ``..``)."""
+    if not name or name in (".", "..") or Path(name).name != name or "\\" in name:
+        raise ConfigError(
+            f"run.name={name!r} is not a plain folder name: the run folder must lie inside "
+            "run.out_dir; choose the folder with run.out_dir and name it with run.name, e.g. "
+            "--set run.out_dir=runs/mine run.name=first"
+        )
+
+
+def preflight(model: torch.nn.Module, data: Any) -> None:
+    """Score one pair of training samples with the model before the run folder appears:
+    an input the model cannot take (``model.clip.image_size=7``, an image that does not
+    decode, a backbone built for other data) fails here, not after setup. Runs in eval mode
+    without gradients on forked RNG state, so the run's weights, batch-norm statistics and
+    random draws are unchanged."""
+    k = min(2, data.num_samples)
+    if k == 0:
+        return
+    batch = data.collate([data.dataset[i] for i in range(k)])
+    was_training = model.training
+    model.eval()  # batch norm must not update its running statistics from this probe
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            model(batch.images, batch.captions, batch.lengths)
+    except (RuntimeError, ValueError) as err:
+        first = (str(err).splitlines() or [""])[0][:300]
+        raise ConfigError(
+            f"the {type(model).__name__} model cannot score a batch of the training data "
+            f"(images {tuple(batch.images.shape)}, captions {tuple(batch.captions.shape)}): "
+            f"{type(err).__name__}: {first}. Check the model.* settings against the data"
+        ) from err
+    finally:
+        model.train(was_training)
+
+
+def check_weight_files(config: Config) -> None:
+    """Every weights file the config names (:data:`WEIGHT_FILE_KEYS`) loads, before the run
+    folder appears (the backbone reads ``model.clip.pretrained`` when it builds the model;
+    ``method.osa.estimator`` would otherwise be read only by the method's setup)."""
+    from ugncl.framework.build import model_from_file
+
+    path = _flatten(config.to_dict()).get("method.osa.estimator")
+    if config.method.name == "osa" and isinstance(path, str):
+        try:
+            model_from_file(path)
+        except UserError as err:
+            raise ConfigError(f"method.osa.estimator: {err}") from err
 
 
 def train(config: Config, *, config_name: str, resume_dir: str | Path | None = None) -> TrainResult:
@@ -176,8 +317,10 @@ def _train(
             config = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
         name = distributed.broadcast_object(config.run.name or default_run_name(config_name))
         config = dataclasses.replace(config, run=dataclasses.replace(config.run, name=name))
+        check_run_name(name)
         run_dir = Path(config.run.out_dir) / name
         distributed.on_main(lambda: check_new_run_dir(run_dir))
+        distributed.on_main(lambda: check_writable(run_dir.parent / f".{name}.probe", "run folder"))
     distributed.check_global_batch(config.train.batch_size, dist_env.world)
     if config.train.threads is not None:
         torch.set_num_threads(config.train.threads)
@@ -194,6 +337,8 @@ def _train(
     training_data = data.training_data()
     method = build_method(config)
     method.bind_data(config, data)  # what else the method reads is checked before the run
+    wanted = config.data.train_images
+    have = training_data.num_samples // max(1, config.data.captions_per_image)
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(
             f"train.batch_size={config.train.batch_size} is larger than the training split "
@@ -202,11 +347,23 @@ def _train(
         )
     device = select_device(device_name)
     precision = select_precision(config.train.amp, device)
+    preflight(model, training_data)
+    check_weight_files(config)
     last = run_dir / "checkpoints" / "last.pt"
+    identity = run_identity(config, training_data.image_index, data)
     state = None
     if resume_dir is not None and last.is_file():
         state = load_checkpoint(last, map_location="cpu")
         data.check_checkpoint(state, str(last))
+        check_identity(state, config, identity, last)
+        done = int(state["epoch"])
+        if config.train.warmup_epochs + config.train.epochs < done:
+            raise ConfigError(
+                f"--resume: train.epochs={config.train.epochs} ends the run before the {done} "
+                f"epoch(s) {last} has completed; give train.epochs >= "
+                f"{done - config.train.warmup_epochs} (evaluate the checkpoint with "
+                "tools/eval.py)"
+            )
 
     if resume_dir is None:
         run_dir = distributed.on_main(
@@ -216,6 +373,13 @@ def _train(
         )
     if dist_env.is_main:
         setup_logging(run_dir / "train.log")
+    if (
+        dist_env.is_main and wanted is not None and have < wanted
+    ):  # logged to train.log, not a second stderr line
+        logger.warning(
+            "data.train_images=%d but the training split has %d images: training on %d",
+            wanted, have, have,
+        )  # fmt: skip
     logger.info("run %s, seed %d", run_dir, seed)
     if config.train.amp in ("bf16", "fp16") and precision.autocast_dtype is None:
         logger.warning("train.amp=%s needs CUDA; on %s the run is fp32", config.train.amp, device)
@@ -285,7 +449,11 @@ def _train(
             log_every=config.train.log_every,
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
-            checkpoint_extra={"config": config.to_dict(), **data.checkpoint_extra()},
+            checkpoint_extra={
+                "config": config.to_dict(),
+                "identity": identity,
+                **data.checkpoint_extra(),
+            },
             dist=dist_env,
         )
         if dist_env.enabled:  # how this attempt ran (a resume may use another world size)
@@ -295,7 +463,13 @@ def _train(
             )  # fmt: skip
         if state is not None:
             trainer.resume(last, state=state)
-        summary = trainer.fit()
+        try:
+            summary = trainer.fit()
+        except KeyboardInterrupt as err:
+            raise RunInterrupted(
+                f"python tools/train.py --resume {run_dir} continues the run from its last "
+                f"completed epoch ({trainer.epoch} of {trainer.total_epochs} done)"
+            ) from err
         test = None
         finished = trainer.epoch >= trainer.total_epochs
         if finished and config.eval.test_after_training:

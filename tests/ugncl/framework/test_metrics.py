@@ -92,19 +92,131 @@ def test_chunked_path_matches_brute_force(monkeypatch):
     np.testing.assert_array_equal(t2i_ranks(scores, c2i), brute_t2i(scores, c2i))
 
 
-def test_tie_rule_is_optimistic():
-    """Candidates tied with the ground truth do not push it down (strictly-higher counting)."""
+def test_tie_rules_hand_worked():
+    """One 3x3 matrix with ties under each rule (module doc of ugncl.framework.metrics)."""
     scores = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.5], [2.0, 1.0, 1.0]], dtype=np.float32)
     c2i = np.array([0, 1, 2])
-    # image 0: GT caption 0 at 1.0, nothing strictly higher -> 0.
-    # image 1: GT caption 1 at 1.0, nothing strictly higher -> 0.
-    # image 2: GT caption 2 at 1.0, caption 0 at 2.0 is higher -> 1.
-    np.testing.assert_array_equal(i2t_ranks(scores, c2i), [0, 0, 1])
-    # caption 0: GT image 0 at 1.0; image 2 at 2.0 higher -> 1. caption 1: all tied -> 0.
-    # caption 2: GT image 2 at 1.0; nothing higher -> 0.
-    np.testing.assert_array_equal(t2i_ranks(scores, c2i), [1, 0, 0])
-    # A stable argsort (the released code) puts tied image 0 before GT image 1 instead.
-    assert brute_t2i(scores, c2i)[1] == 1
+    # image 0: GT c0 tied with c1, c2 -> optimistic 0, pessimistic 2, expected 2/2 = 1.
+    # image 1: GT c1 tied with c0 -> 0, 1, 0.5. image 2: c0 above, c1 tied -> 1, 2, 1.5.
+    np.testing.assert_array_equal(i2t_ranks(scores, c2i, ties="optimistic"), [0, 0, 1])
+    np.testing.assert_array_equal(i2t_ranks(scores, c2i, ties="pessimistic"), [2, 1, 2])
+    np.testing.assert_allclose(i2t_ranks(scores, c2i), [1.0, 0.5, 1.5])
+    # caption 0: img2 above GT img0, img1 tied -> 1, 2, 1.5; caption 1: all tied -> 0, 2, 1;
+    # caption 2: GT img2 tied with img0 -> 0, 1, 0.5.
+    np.testing.assert_array_equal(t2i_ranks(scores, c2i, ties="optimistic"), [1, 0, 0])
+    np.testing.assert_array_equal(t2i_ranks(scores, c2i, ties="pessimistic"), [2, 2, 1])
+    np.testing.assert_allclose(t2i_ranks(scores, c2i), [1.5, 1.0, 0.5])
+    # The released code: descending read of numpy's argsort.
+    for ranks, brute in (
+        (i2t_ranks(scores, c2i, ties="release"), release_i2t(scores, c2i)),
+        (t2i_ranks(scores, c2i, ties="release"), release_t2i(scores, c2i)),
+    ):
+        np.testing.assert_array_equal(ranks, brute)
+    # Expected recall: image 0 hits R@1 with probability 1/3, image 1 with 1/2, image 2 never.
+    m = retrieval_metrics(scores, c2i)
+    assert m["i2t/R@1"] == pytest.approx(100 * (1 / 3 + 1 / 2) / 3)
+    assert m["t2i/R@1"] == pytest.approx(100 * (0 + 1 / 3 + 1 / 2) / 3)
+
+
+def release_i2t(scores: np.ndarray, c2i: np.ndarray) -> np.ndarray:
+    """SCAN/NCR ``i2t`` verbatim: ``inds = numpy.argsort(d[i])[::-1]``."""
+    out = []
+    for i in range(scores.shape[0]):
+        inds = np.argsort(scores[i])[::-1]
+        out.append(min(int(np.where(inds == k)[0][0]) for k in np.flatnonzero(c2i == i)))
+    return np.array(out)
+
+
+def release_t2i(scores: np.ndarray, c2i: np.ndarray) -> np.ndarray:
+    out = []
+    for k in range(scores.shape[1]):
+        inds = np.argsort(scores[:, k])[::-1]
+        out.append(int(np.where(inds == c2i[k])[0][0]))
+    return np.array(out)
+
+
+def test_release_rule_matches_the_released_code_on_ties():
+    rng = np.random.default_rng(3)
+    scores = rng.integers(0, 3, size=(6, 12)).astype(np.float32)
+    c2i = np.arange(12) // 2
+    np.testing.assert_array_equal(i2t_ranks(scores, c2i, ties="release"), release_i2t(scores, c2i))
+    np.testing.assert_array_equal(t2i_ranks(scores, c2i, ties="release"), release_t2i(scores, c2i))
+    assert retrieval_metrics(scores, c2i, ties="release")["rsum"] >= 0
+
+
+def test_random_rule_is_the_exact_mean_over_every_tie_order():
+    """Average the stable-sort brute force over every candidate order: heavy ties, 2 captions
+    per image, so i2t has ground truths tied with each other and with impostors."""
+    from itertools import permutations
+
+    scores = np.array(
+        [[1, 1, 0, 1, 2, 1], [1, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1]], dtype=np.float32
+    )
+    c2i = np.array([0, 0, 1, 1, 2, 2])
+    acc = {key: 0.0 for key in METRIC_KEYS if "medr" not in key}
+    i2t_mean = np.zeros(3)
+    t2i_mean = np.zeros(6)
+    perms_cap = list(permutations(range(6)))
+    perms_img = list(permutations(range(3)))
+    for p in perms_cap:  # i2t: caption order decides ties
+        p = np.array(p)
+        r = brute_i2t(scores[:, p], c2i[p])
+        i2t_mean += r / len(perms_cap)
+        for k in (1, 5, 10):
+            acc[f"i2t/R@{k}"] += 100 * np.mean(r < k) / len(perms_cap)
+    for q in perms_img:  # t2i: image order decides ties
+        q = np.array(q)
+        inv = np.argsort(q)
+        r = brute_t2i(scores[q], inv[c2i])
+        t2i_mean += r / len(perms_img)
+        for k in (1, 5, 10):
+            acc[f"t2i/R@{k}"] += 100 * np.mean(r < k) / len(perms_img)
+    np.testing.assert_allclose(i2t_ranks(scores, c2i), i2t_mean)
+    np.testing.assert_allclose(t2i_ranks(scores, c2i), t2i_mean)
+    m = retrieval_metrics(scores, c2i)
+    for key in ("i2t/R@1", "i2t/R@5", "t2i/R@1", "t2i/R@5"):
+        assert m[key] == pytest.approx(acc[key]), key
+    assert m["i2t/meanr"] == pytest.approx(i2t_mean.mean() + 1)
+
+
+@pytest.mark.parametrize("ties", ["random", "pessimistic"])
+def test_constant_scores_do_not_score(ties):
+    """A collapsed model (every score equal) gets chance recall, never a perfect one."""
+    n_img, cpi = 100, 5
+    c2i = np.arange(n_img * cpi) // cpi
+    m = retrieval_metrics(np.zeros((n_img, n_img * cpi), dtype=np.float32), c2i, ties=ties)
+    if ties == "random":
+        # t2i: K / n_img; i2t: 1 - C(495, K) / C(500, K) (5 GT captions among 500).
+        for k in (1, 5, 10):
+            assert m[f"t2i/R@{k}"] == pytest.approx(100 * k / n_img)
+            miss = math.comb(n_img * cpi - cpi, k) / math.comb(n_img * cpi, k)
+            assert m[f"i2t/R@{k}"] == pytest.approx(100 * (1 - miss))
+        assert m["t2i/meanr"] == pytest.approx((n_img - 1) / 2 + 1)
+        assert m["rsum"] < 60
+    else:
+        assert m["rsum"] == 0.0
+    # The old strictly-higher rule reported the collapsed model as perfect.
+    assert retrieval_metrics(np.zeros((n_img, n_img * cpi)), c2i, ties="optimistic")["rsum"] == 600
+
+
+def test_collapsed_clip_does_not_score():
+    """A random-init CLIP with a 2-token context sees every caption as [SOT, EOT]: identical
+    caption embeddings, so every image row is constant; it must report chance, not R@1 100."""
+    from ugncl.backbones.clip.adapter import build_clip
+    from ugncl.backbones.clip.models import TINY_MODEL
+
+    torch.manual_seed(0)
+    model = build_clip(TINY_MODEL, image_size=32, context_length=2).eval()
+    captions = ["a dog runs", "two cats sleep on a red sofa", "a man rides a bike", "sky"] * 5
+    tokens = torch.as_tensor(model.tokenizer()(captions))
+    with torch.no_grad():
+        images = torch.rand(20, 3, 32, 32)
+        scores = model.score(model.encode_images(images), model.encode_captions(tokens))[0]
+    assert scores.shape == (20, 20)
+    assert torch.equal(scores, scores[:, :1].expand_as(scores))  # collapsed: rows constant
+    m = retrieval_metrics(scores, np.arange(20))
+    assert m["i2t/R@1"] == pytest.approx(100 / 20)
+    assert m["rsum"] < 200
 
 
 def test_hand_built_3x6():

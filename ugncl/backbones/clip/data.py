@@ -65,7 +65,7 @@ def load_rgb(path: str | Path) -> Image.Image:
         raise DataNotFoundError(
             f"image {path} not found (it was there when the split was opened; was it moved?)"
         ) from None
-    except (UnidentifiedImageError, OSError) as err:
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
         raise DataFormatError(
             f"image {path} cannot be decoded ({err}); replace the file with a valid image"
         ) from err

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from precomputed.errors import UserError
 from ugncl.framework.engine.checkpoint import save_checkpoint
 
 __all__ = [
@@ -55,14 +56,15 @@ WEIGHTS_FORMAT_KEY = "ugncl_clip"
 
 _WHERE = (
     "put the weights file on this machine (e.g. OpenAI's ViT-B/32 weights, converted once "
-    "with tools/convert_clip.py) and set model.pretrained=/path/to/file"
+    "with tools/convert_clip.py) and set model.clip.pretrained=/path/to/file (a training "
+    "checkpoint of this package, runs/<clip run>/checkpoints/best.pt, works too)"
 )
 
 
 _WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".tar", ".safetensors", ".ckpt")
 
 
-class WeightsError(ValueError):
+class WeightsError(UserError, ValueError):
     """A weights file that cannot be used as asked (message names the fix)."""
 
 
@@ -112,6 +114,19 @@ def _unwrap(obj: object, path: Path) -> tuple[dict, dict]:
     if not isinstance(obj, dict):
         raise WeightsError(f"{path} holds a {type(obj).__name__}, not a state dict; {_WHERE}")
     meta: dict = {}
+    if isinstance(obj.get("model"), dict) and "optimizer" in obj:
+        # A training checkpoint of this package (best.pt / last.pt of a CLIP run): the
+        # similarity model's weights are the open_clip model's under "model.".
+        if obj.get("backbone") != "clip":
+            raise WeightsError(
+                f"{path} is a training checkpoint of a {obj.get('backbone') or 'non-CLIP'!r} "
+                f"run, not of a CLIP run; {_WHERE}"
+            )
+        config = obj.get("model_config") if isinstance(obj.get("model_config"), dict) else {}
+        if isinstance(config.get("quick_gelu"), bool):
+            meta[WEIGHTS_FORMAT_KEY] = {"quick_gelu": config["quick_gelu"]}
+        meta["epoch"] = obj.get("epoch")
+        obj = {k[len("model.") :]: v for k, v in obj["model"].items() if k.startswith("model.")}
     if isinstance(obj.get("state_dict"), dict):
         meta = {k: obj[k] for k in ("epoch", "name", WEIGHTS_FORMAT_KEY) if k in obj}
         obj = obj["state_dict"]
@@ -171,18 +186,24 @@ def read_weights(path: str | Path | None, *, allow_torchscript: bool = False) ->
                 "code stored in the file; convert it once with "
                 f"`python tools/convert_clip.py {p} <out.pt>` and point pretrained at <out.pt>"
             )
-        obj: object = torch.jit.load(str(p), map_location="cpu").state_dict()
+        obj: object = _jit_state_dict(p)
     elif p.suffix == ".safetensors":  # open_clip's hub format; tensors only by construction
         from safetensors.torch import load_file
 
         obj = load_file(str(p), device="cpu")
     else:
+        if p.stat().st_size == 0:
+            raise WeightsError(
+                f"{p} is empty (0 bytes): its copy or download was cut off; copy it again"
+            )
         try:
             obj = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as e:
+            first = (str(e).splitlines() or [""])[0][:200]
             raise WeightsError(
-                f"{p} cannot be read with torch.load(weights_only=True) ({type(e).__name__}: "
-                f"{str(e).splitlines()[0][:200]}); save it as a plain dict of tensors"
+                f"{p} cannot be read with torch.load(weights_only=True) ({type(e).__name__}"
+                f"{': ' + first if first else ''}); it is truncated or not a weights file; save "
+                "it as a plain dict of tensors"
             ) from e
     raw, meta = _unwrap(obj, p)
     quick_gelu, evidence = detect_quick_gelu(raw, meta)
@@ -266,6 +287,20 @@ def load_state_into(
     model.load_state_dict(state, strict=True)
 
 
+def _jit_state_dict(path: Path) -> dict[str, Tensor]:
+    """The state dict of a TorchScript archive; a damaged or crafted archive is a
+    :class:`WeightsError`, not a traceback."""
+    try:
+        return torch.jit.load(str(path), map_location="cpu").state_dict()
+    except Exception as e:  # torch.jit raises RuntimeError, ValueError, KeyError...
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise WeightsError(
+            f"{path} looks like a TorchScript archive but torch.jit.load cannot read it "
+            f"({type(e).__name__}{': ' + first if first else ''}); it is damaged or not a CLIP "
+            "model, copy or download it again"
+        ) from e
+
+
 def convert_torchscript(src: str | Path, dst: str | Path) -> LoadedWeights:
     """One-time conversion of a TorchScript CLIP archive into a weights_only-loadable file.
 
@@ -276,6 +311,6 @@ def convert_torchscript(src: str | Path, dst: str | Path) -> LoadedWeights:
     p = _check_file(src)
     if not is_torchscript_archive(p):
         raise WeightsError(f"{p} is not a TorchScript archive; it loads directly as pretrained")
-    raw = torch.jit.load(str(p), map_location="cpu").state_dict()
+    raw = _jit_state_dict(p)
     out = save_checkpoint({k: v.detach().clone() for k, v in raw.items()}, dst)
     return read_weights(out)

@@ -112,9 +112,18 @@ def setup_logging(log_file: Path | None, level: int = logging.INFO) -> None:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
     for handler in handlers:
         handler.setFormatter(fmt)
+        handler.addFilter(_drop_library_root_info)
         setattr(handler, _HANDLER_TAG, True)
         root.addHandler(handler)
     root.setLevel(level)
+
+
+def _drop_library_root_info(record: logging.LogRecord) -> bool:
+    """Drop a library's INFO lines sent through the root logger (open_clip's factory logs
+    ``Loaded ... model config`` and the like with ``logging.info``, ~7 lines per run)."""
+    if record.name == "root" and record.levelno <= logging.INFO:
+        return "open_clip" not in record.pathname
+    return True
 
 
 class MetricsRecorder:

@@ -152,6 +152,7 @@ class Trainer:
             gathered = getattr(method, "negatives", "gathered") == "gathered"
             ddp = distributed.wrap_model(self.model, device)
             self.train_model = distributed.DistributedModel(ddp, gathered=gathered)
+        self._epoch_seconds: list[float] = []  # wall time of each epoch run by this process
 
     @property
     def total_epochs(self) -> int:
@@ -228,6 +229,7 @@ class Trainer:
         return {"epoch": self.epoch, "best_rsum": self.best_rsum, "best_epoch": self.best_epoch}
 
     def _run_epoch(self, epoch: int) -> None:
+        epoch_started = time.perf_counter()
         warmup = epoch < self.warmup_epochs
         ctx = self.context()
         fields = self.method.on_epoch_start(ctx, epoch)
@@ -263,6 +265,7 @@ class Trainer:
         if self.evaluator is not None and self.evaluator.has_val:
             val = self.evaluate("val", epoch)
         self._checkpoint(epoch, val)
+        self._epoch_seconds.append(time.perf_counter() - epoch_started)
 
     def _training_batches(
         self,
@@ -351,10 +354,25 @@ class Trainer:
         elapsed = time.perf_counter() - started
         eta = elapsed / done * (total - done)
         logger.info(
-            "epoch %d [%d/%d] step %d lr %.2e loss %.4f (%s) eta %.0fs",
+            "epoch %d [%d/%d] step %d lr %.2e loss %.4f (%s) eta %.0fs, run eta %s",
             epoch, done, total, self.global_step, lr, terms["loss"],
             _format({k: v for k, v in terms.items() if k != "loss"}), eta,
+            _clock(self.run_eta(epoch, eta, elapsed / done * total)),
         )  # fmt: skip
+
+    def run_eta(self, epoch: int, epoch_eta: float, epoch_steps_seconds: float) -> float:
+        """Seconds until the last epoch ends: this epoch's rest, then each remaining epoch at
+        the mean wall time of the epochs this process completed (passes, validation and
+        checkpoints included), or at this epoch's step time before one has completed."""
+        left = self.total_epochs - epoch - 1
+        if self.stop_after_epochs is not None:
+            left = min(left, max(0, self.stop_after_epochs - len(self._epoch_seconds) - 1))
+        per_epoch = (
+            sum(self._epoch_seconds) / len(self._epoch_seconds)
+            if self._epoch_seconds
+            else epoch_steps_seconds
+        )
+        return epoch_eta + left * per_epoch
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, which: str, epoch: int, **extra: Any) -> dict[str, Any]:
@@ -508,6 +526,14 @@ def _progress(loader: DataLoader, epoch: int, total_epochs: int) -> Iterator[Pai
 
         return iter(tqdm(loader, desc=f"epoch {epoch + 1}/{total_epochs}", leave=False))
     return iter(loader)
+
+
+def _clock(seconds: float) -> str:
+    """``1h02m03s`` / ``2m03s`` / ``3s``."""
+    total = round(max(0.0, seconds))
+    h, rest = divmod(total, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
 def _is_scalar(value: Any) -> bool:

@@ -174,6 +174,7 @@ class BankSiamese(nn.Module):
         self._siamese: list[SiameseCopy] = []
         self._fetch = None
         self.epoch_weights: np.ndarray | None = None  # last weight of each sample this epoch
+        self._resumed: dict[str, Any] = {}  # checkpoint state waiting for attach()
 
     def attach(self, ctx: Any, bank: MemoryBank) -> None:
         self.bank = bank
@@ -187,6 +188,33 @@ class BankSiamese(nn.Module):
             )
         ]
         self.epoch_weights = np.full(bank.num_samples, np.nan, dtype=np.float32)
+        self._restore_resumed()
+
+    # ------------------------------------------------------------------ resume
+    # The copy's weights are re-synced from the model before every use and stay out of
+    # checkpoints; its AdamW moments and the per-sample weights of the epoch are not: without
+    # them a resumed run's siamese steps, hence its weights and losses, and the next epoch's
+    # noise-detection record would differ from the uninterrupted run's.
+    def get_extra_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if self._siamese:
+            state["siamese_optimizer"] = self._siamese[0].optimizer.state_dict()
+        if self.epoch_weights is not None:
+            state["epoch_weights"] = torch.from_numpy(self.epoch_weights.copy())
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        # Resume loads the method state before setup() attaches the bank and the copy.
+        self._resumed = dict(state or {})
+        if self._siamese:
+            self._restore_resumed()
+
+    def _restore_resumed(self) -> None:
+        state, self._resumed = self._resumed, {}
+        if "siamese_optimizer" in state:
+            self._siamese[0].optimizer.load_state_dict(state["siamese_optimizer"])
+        if "epoch_weights" in state:
+            self.epoch_weights = state["epoch_weights"].cpu().numpy().astype(np.float32)
 
     def bank_view(self, batch: Any, prefetched: Any | None = None) -> BankView:
         """The batch's image-bank and text-bank pairs, each distinct sample fetched once

@@ -303,7 +303,7 @@ class OSAMethod(CLIPMethod):
                 f"method.osa.estimator is a {backbone} model but the run trains "
                 f"{ctx.model.backbone}: it needs the training pairs in its input format; set "
                 f"data.estimator.name to the same split in the {backbone} layout (e.g. "
-                "synthetic_clip)"
+                f"{'synthetic_clip' if backbone == 'clip' else 'synthetic_precomp'})"
             )
         return None
 
