@@ -105,9 +105,7 @@ def test_resume_after_a_kill_in_epoch_1_is_bit_exact(
         a.pop("threads", None), b.pop("threads", None)
         assert a == b
     if method in ("npc", "sdd"):  # the per-epoch weight record of epoch 1 survived the kill
-        assert [r["epoch"] for r in cut if r["event"] == "noise_detection"] == (
-            [0, 1]
-        )
+        assert [r["epoch"] for r in cut if r["event"] == "noise_detection"] == [0, 1]
     a = torch.load(tmp_path / "whole" / "checkpoints" / "last.pt", weights_only=True)
     b = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     ta, tb = (
