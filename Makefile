@@ -5,6 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# pip warns once per package about find-links folders that a machine's pip configuration names
+# but that do not exist; those lines say nothing about this install, so they are dropped (pip's
+# own exit status still decides: pipefail).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+PIP_QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
 .PHONY: venv demo compare test lint format bench gpu-check clean
 
@@ -12,9 +18,9 @@ venv: $(STAMP)
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(PIP) install -q -c constraints.txt -e ".[test]"
+	$(PIP) install -q --upgrade pip setuptools wheel $(PIP_QUIET)
+	$(PIP) install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1 $(PIP_QUIET)
+	$(PIP) install -q -c constraints.txt -e ".[test]" $(PIP_QUIET)
 	touch $(STAMP)
 
 demo: $(STAMP)

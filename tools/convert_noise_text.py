@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from precomputed._io import atomic_open
 from precomputed.captions import read_captions_txt
 from precomputed.errors import DataFormatError, DataNotFoundError
+from precomputed.image_layout import read_image_ids
 from precomputed.noise import clean_image_index, load_noise_index, noise_sha256, save_noise_index
 from precomputed.noise_text import caption_index_to_noisy_text, read_noisy_caption_index
 from ugncl.framework.cli import check_writable, cli_main
@@ -53,18 +55,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def check_captions_per_image(clean_caps: str, num_captions: int, cpi: int) -> None:
+    """``--captions-per-image`` against the split's own files beside ``clean_caps``, where
+    there are any: ``{split}_ids.txt`` (one id per image, or per caption in blocks of the
+    image's captions) or ``{split}_ims.npy`` (one feature row per image). A wrong value would
+    convert to another, silently wrong, caption -> image index."""
+    path = Path(clean_caps)
+    split = path.name.removesuffix(".txt").removesuffix("_caps")
+    ids, ims = path.with_name(f"{split}_ids.txt"), path.with_name(f"{split}_ims.npy")
+    if ids.is_file():
+        read_image_ids(ids, num_captions, cpi, where=str(path))
+    elif ims.is_file():
+        n_img = int(np.load(ims, mmap_mode="r").shape[0])
+        if n_img * cpi != num_captions:
+            raise DataFormatError(
+                f"{path} has {num_captions} captions but {ims} has {n_img} images: "
+                f"--captions-per-image {cpi} does not fit (the files say "
+                f"{num_captions / max(n_img, 1):g})"
+            )
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cpi = args.captions_per_image
     check_writable(args.out if args.noisy_caps is not None else args.to_text, "output")
     try:
+        clean = read_captions_txt(args.clean_caps)
+        check_captions_per_image(args.clean_caps, len(clean), cpi)
         if args.noisy_caps is not None:
             index = read_noisy_caption_index(args.clean_caps, args.noisy_caps, cpi)
             save_noise_index(args.out, index)
             target = args.out
         else:
-            clean = read_captions_txt(args.clean_caps)
             if len(clean) % cpi:
                 raise DataFormatError(
                     f"{args.clean_caps}: {len(clean)} captions are not a multiple of "

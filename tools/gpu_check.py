@@ -46,6 +46,16 @@ TINY_SGRAF = [
     "model.sgraf.word_dim=16", "model.sgraf.embed_dim=32", "model.sgraf.sim_dim=16",
     "model.sgraf.img_dim=64", "model.sgraf.num_regions=36",
 ]  # fmt: skip
+# The SGRAF cells of the methods whose paper backbone is CLIP (docs/comparison.md): one score
+# per pair (W = 1); NPC and SDD start from an SGRAF checkpoint (model.sgraf.init, written by
+# sgraf_init: the starting model's weights stand in for a warm-up run, enough to run the code
+# path); SDD's bank threshold at the mean non-matching score, as the comparison's SGRAF cell.
+SGRAF_SETTINGS: dict[str, list[str]] = {
+    "clip": ["model.sgraf.num_views=1"],
+    "npc": ["model.sgraf.num_views=1"],
+    "sdd": ["model.sgraf.num_views=1", "method.sdd.auto_beta_std=0.0"],
+}
+WARM_STARTED = ("npc", "sdd")
 IMAGE_SIZE, CONTEXT = 32, 24
 
 
@@ -105,14 +115,39 @@ def run_config(method: str, backbone: str, world: Path, weights: Path, device: s
         "train.warmup_epochs=0", "train.epochs=1", "train.amp=auto", f"train.device={device}",
         f"method.name={method}", "train.threads=null",
     ]  # fmt: skip
+    if backbone == "sgraf" and method == "osa":  # a CLIP estimator on the raw-image view
+        return load_config("osa_sgraf_synthetic", [*common, *TINY_SGRAF,
+                                                   f"method.osa.estimator={weights}",
+                                                   *METHOD_SETTINGS["osa"]])[0]  # fmt: skip
     if backbone == "sgraf":
-        return load_config("ugncl_synthetic", [*common, *TINY_SGRAF,
-                                               *METHOD_SETTINGS.get(method, [])])[0]  # fmt: skip
+        sets = [*common, *TINY_SGRAF, *SGRAF_SETTINGS.get(method, []),
+                *METHOD_SETTINGS.get(method, [])]  # fmt: skip
+        if method in WARM_STARTED:
+            sets.append(f"model.sgraf.init={sgraf_init(world, sets)}")
+        return load_config("ugncl_synthetic", sets)[0]
     clip = [
         "data.train_images=48", f"model.clip.pretrained={weights}",
         f"model.clip.image_size={IMAGE_SIZE}", f"model.clip.context_length={CONTEXT}",
     ]  # fmt: skip
     return load_config("clip_synthetic", [*common, *clip, *METHOD_SETTINGS.get(method, [])])[0]
+
+
+def sgraf_init(world: Path, sets: list[str]) -> Path:
+    """An SGRAF training checkpoint of the sizes ``sets`` configure (the starting weights),
+    written once per world: the ``model.sgraf.init`` of the warm-started cells."""
+    from ugncl.framework.build import build_model, open_run_data
+    from ugncl.framework.config import load_config
+    from ugncl.framework.engine.checkpoint import save_checkpoint
+
+    path = world / "sgraf-init.pt"
+    if not path.is_file():
+        config = load_config("ugncl_synthetic", [*sets, "method.name=triplet"])[0]
+        torch.manual_seed(0)
+        model = build_model(config, open_run_data(config))
+        state = {"model": model.state_dict(), "backbone": "sgraf",
+                 "model_config": dict(model.config)}  # fmt: skip
+        save_checkpoint(state, path)
+    return path
 
 
 def check_steps(method: str, backbone: str, world: Path, weights: Path, args) -> Row:

@@ -132,3 +132,24 @@ def test_tool_converts_both_ways(tmp_path, tool):
     )
     (tmp_path / "bad.txt").write_text("\n".join(noisy[:-1]) + "\n")
     assert convert([*common, "--noisy-caps", str(tmp_path / "bad.txt"), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("ids", ["per_image", "per_caption", "features"])
+def test_tool_refuses_a_captions_per_image_the_split_files_contradict(tmp_path, tool, capsys, ids):
+    """5-caption data converted with --captions-per-image 4 would give another index."""
+    clean = unique_captions(8)  # 40 captions: a multiple of 4 and of 5
+    noisy = npc_noisy_text(clean, 0.5, seed=0)
+    (tmp_path / "train_caps.txt").write_text("\n".join(clean) + "\n")
+    (tmp_path / "noisy.txt").write_text("\n".join(noisy) + "\n")
+    if ids == "features":
+        np.save(tmp_path / "train_ims.npy", np.zeros((8, 2, 3), dtype=np.float32))
+    else:
+        per = 1 if ids == "per_image" else CPI
+        (tmp_path / "train_ids.txt").write_text("".join(f"{i}\n" * per for i in range(8)))
+    convert = tool("convert_noise_text").main
+    args = ["--clean-caps", str(tmp_path / "train_caps.txt"), "--noisy-caps",
+            str(tmp_path / "noisy.txt"), "--out", str(tmp_path / "n.npy")]  # fmt: skip
+    assert convert([*args, "--captions-per-image", "4"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and not (tmp_path / "n.npy").exists()
+    assert convert([*args, "--captions-per-image", "5"]) == 0

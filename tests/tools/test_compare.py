@@ -237,3 +237,12 @@ def test_repeated_run_names_keep_their_parent(compare, runs, tmp_path, capsys) -
     assert compare([*map(str, grid), str(runs["clip"]), "--format", "csv"]) == 0
     rows = _csv_rows(capsys.readouterr().out)
     assert list(rows) == ["s0t1/ugncl_synthetic", "s1t1/ugncl_synthetic", "clip-run"]
+
+
+@pytest.mark.parametrize("rsum", [float("nan"), "412.5", None, True])
+def test_a_test_rsum_that_is_not_a_finite_number_is_refused(compare, runs, tmp_path, capsys, rsum):
+    records = [{"event": "setup", "seed": 0}, {"event": "test", "rsum": rsum, "epoch": 0}]
+    bad = write_run(tmp_path, "bad", _config("clip", "clip", "synth", 0.5, 0), records)
+    assert compare([str(runs["clip"]), str(bad)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: run ") and "not a finite number" in line

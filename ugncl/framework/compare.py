@@ -200,6 +200,13 @@ def summarize_run(
     test = test_record(records)
     if test is None:
         raise unfinished_error(name)
+    rsum = test.get("rsum")
+    if isinstance(rsum, bool) or not isinstance(rsum, int | float) or not math.isfinite(rsum):
+        # A NaN (a diverged run) or a hand-edited value must not be tabled as a result.
+        raise CompareError(
+            f"run {name}: its test record's rsum is {rsum!r}, not a finite number; the run "
+            "diverged or metrics.jsonl was edited: retrain it or leave it out of the table"
+        )
     setup = next((r for r in records if r.get("event") == "setup"), {})
     seed = setup.get("seed", config.get("train", {}).get("seed"))
     # CPU threads the run used (older runs without it in their setup record: the config's).
@@ -214,7 +221,7 @@ def summarize_run(
         "noise_ratio": _noise_ratio(config, setup),
         "seed": seed,
         "threads": threads,
-        "rsum": test.get("rsum"),
+        "rsum": rsum,
         "i2t_r1": test.get("i2t/R@1"),
         "t2i_r1": test.get("t2i/R@1"),
         "best_epoch": test.get("epoch"),
