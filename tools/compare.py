@@ -53,7 +53,7 @@ import sys
 from pathlib import Path
 
 from precomputed.errors import InvalidSettingError
-from ugncl.framework.cli import cli_main
+from ugncl.framework.cli import check_writable, cli_main
 from ugncl.framework.compare import (
     FORMATS,
     add_cost_ratio,
@@ -125,6 +125,7 @@ def run_grid(args: argparse.Namespace) -> list[dict]:
         raise InvalidSettingError(f"--cfg {args.cfg} and --seeds {args.seeds} must not repeat")
     for config_name in args.cfg:  # every config and key checked before the first run trains
         load_config(config_name, args.set)
+    check_writable(Path(args.out) / f"compare.{SUFFIX[args.format]}", "--out table")
     # open_clip logs through the root logger; without a handler there, its first message
     # installs logging's default stderr handler and every run's log line is printed twice.
     setup_logging(None)

@@ -182,6 +182,11 @@ def test_grid_errors_before_training(compare, tmp_path, capsys) -> None:
     assert compare(["--cfg", "clip_synthetic", "--out", str(out), "--set", "train.epoch=1"]) == 2
     assert "train.epoch" in capsys.readouterr().err
     assert not out.exists()  # nothing trained, no folder left behind
+    blocked = tmp_path / "a_file"  # --out under a file: the table cannot be written
+    blocked.write_text("")
+    assert compare(["--cfg", "clip_synthetic", "--out", str(blocked / "grid")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "--out table" in line
     with pytest.raises(SystemExit):  # neither runs nor --cfg: argparse's usage error
         compare([])
 
