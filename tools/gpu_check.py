@@ -6,7 +6,8 @@ On a CUDA machine it checks, and prints as one table:
   (bf16 where supported, else fp16 with a GradScaler) on a tiny synthetic world written to a
   temporary folder (the CLIP backbone with random ugncl-tiny weights): the method's setup pass
   and epoch start, then the trainer's own step (autocast, scaler, fused optimiser). A cell is
-  ``ok`` with ms per step, or ``FAIL`` with the error.
+  ``ok`` with ms per step, ``FAIL`` with the error, or ``refused`` where the trainer refuses the
+  pair (the reason; e.g. the sigmoid hinge on CLIP's logit-scaled scores).
 * ``eval``: the evaluation scorers (``evaluate_models``: encoding, all-pairs scoring, ranks) on
   the tiny dev split, per backbone.
 * ``bench``: throughput at real sizes: an SGRAF training step at the paper's sizes (SGR, W = 1,
@@ -67,7 +68,7 @@ class Row:
         self,
         section: str,
         case: str,
-        status: str,  # ok | FAIL
+        status: str,  # ok | FAIL | refused
         value: float | None = None,
         unit: str = "",
         note: str = "",
@@ -170,6 +171,9 @@ def check_steps(method: str, backbone: str, world: Path, weights: Path, args) ->
     train_data = data.training_data()
     device = select_device(args.device)
     precision = select_precision("auto", device)
+    refused = build_method(config).backbone_error(model)
+    if refused:  # the cell the trainer refuses (docs/comparison.md): said, not trained
+        return Row("step", f"{method} x {backbone}", "refused", note=refused[:160])
     method_obj = build_method(config, model, train_data.num_samples)
     method_obj.bind_data(config, data)  # OSA opens its estimator's view of the pairs here
     steps_per_epoch = train_data.num_samples // config.train.batch_size

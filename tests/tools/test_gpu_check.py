@@ -38,11 +38,13 @@ def test_quick_cpu_run_prints_every_check(tool, capsys) -> None:
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("gpu_check on CPU")
-    for case in ("triplet x sgraf", "clip x clip", "evaluate_models x sgraf",
+    for case in ("triplet x sgraf", "clip x clip", "clip x sgraf", "evaluate_models x sgraf",
                  "evaluate_models x clip", "SGRAF step (batch 16)", "scoring 20x100",
                  "CLIP ugncl-tiny (batch 8)"):  # fmt: skip
         row = next(line for line in lines if case in line)
         assert " ok " in row, out
-    # Every method on every backbone has a row, ok or FAIL with the reason.
+    # Every method on every backbone has a row: the pair the trainer refuses says so.
     assert sum(" x sgraf " in line or " x clip " in line for line in lines) >= 4
-    assert rc in (0, 1)
+    refused = next(line for line in lines if "triplet x clip" in line)
+    assert " refused " in refused and "sigmoid" in refused
+    assert rc == 0
