@@ -55,9 +55,14 @@ class KilledError(Exception):
 
 
 def _comparable(records: list[dict]) -> list[dict]:
-    drop = {"time"}
+    """The records without their wall-clock fields (``time``, durations such as OSA's
+    ``adapt_seconds``): those are measurements of the machine, not of the run."""
+
+    def clocked(key: str) -> bool:
+        return key == "time" or key.endswith("_seconds")
+
     return [
-        {k: v for k, v in r.items() if k not in drop} for r in records if r["event"] != "resume"
+        {k: v for k, v in r.items() if not clocked(k)} for r in records if r["event"] != "resume"
     ]
 
 
