@@ -157,6 +157,7 @@ def check_steps(method: str, backbone: str, world: Path, weights: Path, args) ->
         build_method,
         build_model,
         build_optimizer_and_schedule,
+        method_backbone_error,
         open_run_data,
     )
     from ugncl.framework.engine.context import StepContext
@@ -171,7 +172,7 @@ def check_steps(method: str, backbone: str, world: Path, weights: Path, args) ->
     train_data = data.training_data()
     device = select_device(args.device)
     precision = select_precision("auto", device)
-    refused = build_method(config).backbone_error(model)
+    refused = method_backbone_error(config, model)
     if refused:  # the cell the trainer refuses (docs/comparison.md): said, not trained
         return Row("step", f"{method} x {backbone}", "refused", note=refused[:160])
     method_obj = build_method(config, model, train_data.num_samples)

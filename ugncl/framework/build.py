@@ -38,6 +38,7 @@ __all__ = [
     "build_optimizer_and_schedule",
     "check_checkpoint",
     "check_method_backbone",
+    "method_backbone_error",
     "model_from_checkpoint",
     "model_from_file",
     "open_estimator_view",
@@ -91,10 +92,16 @@ def image_decay_override(
     return [(weights(), float(per_rms) * rms())]
 
 
+def method_backbone_error(config: Config, model: SimilarityModel) -> str | None:
+    """Why ``method.name`` cannot be meaningful on the model's backbone, or None
+    (:meth:`Method.backbone_error`: the reason and the fix in one line)."""
+    return build_method(config).backbone_error(model)
+
+
 def check_method_backbone(config: Config, model: SimilarityModel) -> None:
     """Refuse, before the run folder appears, a method that cannot be meaningful on the
-    model's backbone (:meth:`Method.backbone_error`: the reason and the fix in one line)."""
-    reason = build_method(config).backbone_error(model)
+    model's backbone (:func:`method_backbone_error`)."""
+    reason = method_backbone_error(config, model)
     if reason:
         raise ConfigError(f"method.name={config.method.name} on model.backbone="
                           f"{config.model.backbone}: {reason}")  # fmt: skip
