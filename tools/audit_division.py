@@ -36,7 +36,6 @@ from ugncl.framework.engine.checkpoint import load_checkpoint
 from ugncl.framework.engine.device import select_device
 from ugncl.framework.training import load_resume_config
 from ugncl.methods.ugncl.division_audit import audit_division, divide_split
-from ugncl.methods.ugncl.losses import lambda_schedule
 
 __all__ = ["main"]
 
@@ -145,11 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     device = select_device(args.device)
     model = model_from_checkpoint(state).to(device)
     method = build_method(config)
+    method.load_state_dict(state["method_state"])  # lambda_clock: division reads its start
     K = args.batch_size or config.train.batch_size
-    ugncl = config.method.ugncl
-    lam = lambda_schedule(
-        K, int(state.get("global_step", 0)), delta=ugncl.lambda_delta, theta=ugncl.lambda_min
-    )
+    lam = method.hardness(K, int(state.get("global_step", 0)))
     divide_pairs = functools.partial(
         divide_split, model, lambda raw: method.divide(raw, lam).sets, batch_size=K,
         seed=args.seed, device=device,

@@ -44,7 +44,12 @@ from ugncl.methods.ugncl.losses import (
     ugncl_objective,
     warmup_objective,
 )
-from ugncl.methods.ugncl.start import label_logits, should_start_division, two_mode_separation
+from ugncl.methods.ugncl.start import (
+    division_agreement,
+    label_logits,
+    should_start_division,
+    two_mode_separation,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +71,8 @@ class UGNCLConfig:
         "soft_label": ("mean_rival", "top_rival", "max_rival", "projected", "belief"),
         "hard_target": HARD_TARGETS,
         "warmup_loss": ("hinge_all", "released"),
-        "division_start": ("separated", "fixed"),
+        "division_start": ("agreed", "separated", "fixed"),
+        "lambda_clock": ("division", "global"),
     }
 
     tau: float = 0.1
@@ -93,6 +99,10 @@ class UGNCLConfig:
     # at xi1 = 0.1, Delta = 10 zeroes every hard-clean margin (docs/methods/ugncl.md).
     trust_delta: float = 0.0
     lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
+    # Which steps Eq. 16's hardness schedule counts: global (released: every optimiser step
+    # since the first, warm-up included) | division (the steps since the division started;
+    # warm-up and deferred epochs keep lambda = K - 1, the hinge over all negatives).
+    lambda_clock: str = "global"
     lambda_min: int = 5  # theta
     evidential_loss: str = "fused"
     division_batch_size: int | None = None  # null -> train.batch_size (K of the division)
@@ -148,6 +158,11 @@ class UGNCLConfig:
     # (docs/research/ugncl-generalisation.md).
     division_start: str = "fixed"
     start_separation: float = 2.0
+    # division_start: agreed -- start at the first epoch start from train.warmup_epochs on
+    # where the division agrees with the previous epoch's (Cohen's kappa of the noisy calls
+    # >= start_agreement), and at the latest start_max_wait epochs after train.warmup_epochs.
+    start_agreement: float = 0.5
+    start_max_wait: int = 6
 
 
 def merge_division(local: DivisionResult) -> DivisionResult:
@@ -222,6 +237,7 @@ class UGNCLMethod(Method):
         margin_base: float,
         trust_delta: float,
         lambda_delta: float,
+        lambda_clock: str,
         lambda_min: int,
         evidential_loss: str,
         division_batch_size: int | None,
@@ -236,6 +252,8 @@ class UGNCLMethod(Method):
         warmup_loss: str,
         division_start: str,
         start_separation: float,
+        start_agreement: float,
+        start_max_wait: int,
         eval_score: str = "evidence",
     ) -> None:
         super().__init__(eval_score=eval_score)
@@ -253,6 +271,7 @@ class UGNCLMethod(Method):
         self.margin_base = margin_base
         self.trust_delta = trust_delta
         self.lambda_delta = lambda_delta
+        self.lambda_clock = lambda_clock
         self.lambda_min = lambda_min
         self.evidential_loss = evidential_loss
         self.division_batch_size = division_batch_size
@@ -267,7 +286,12 @@ class UGNCLMethod(Method):
         self.warmup_loss = warmup_loss
         self.division_start = division_start
         self.start_separation = start_separation
-        for key, value in (("warmup_loss", warmup_loss), ("division_start", division_start)):
+        self.start_agreement = start_agreement
+        self.start_max_wait = start_max_wait
+        for key, value in (
+            ("warmup_loss", warmup_loss), ("division_start", division_start),
+            ("lambda_clock", lambda_clock),
+        ):  # fmt: skip
             if value not in UGNCLConfig.CHOICES[key]:
                 choices = " | ".join(UGNCLConfig.CHOICES[key])
                 raise ConfigError(f"method.ugncl.{key} must be one of {choices}, got {value!r}")
@@ -293,6 +317,10 @@ class UGNCLMethod(Method):
         self.started = division_start == "fixed"
         self.deferred = False
         self._separations: list[float] = []
+        # division_start: agreed -- the set codes of the previous epoch start's division.
+        self._previous_sets: np.ndarray | None = None
+        # lambda_clock: division -- the global step at which the division started.
+        self._start_step: int | None = None
         self._start_labels: list[np.ndarray] = []  # top_rival labels of the divided batches
 
     def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
@@ -305,16 +333,18 @@ class UGNCLMethod(Method):
 
     # ------------------------------------------------------------------ epoch start
     def on_epoch_start(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
-        if epoch < ctx.warmup_epochs:
+        # division_start: agreed compares each division with the previous epoch's, so the
+        # last warm-up epoch with opinions recorded before it divides too (recorded only).
+        reference = (
+            self.division_start == "agreed" and not self.started and epoch >= 1
+            and epoch == ctx.warmup_epochs - 1
+        )  # fmt: skip
+        if epoch < ctx.warmup_epochs and not reference:
             self._start_labels.clear()  # the start rule reads the latest epoch's opinions
             return None
         batch_size = self.division_batch_size or ctx.batch_size
         # Hardness of Eq. 16 at this epoch's first step: top_rival's rival count.
-        lam = self._division_lambda(
-            lambda_schedule(
-                batch_size, ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
-            )
-        )
+        lam = self._division_lambda(self.hardness(batch_size, ctx.global_step))
         if self.division_source == "truth":
             self.division = truth_division(ctx.clean)
         elif self.division_pass == "training":
@@ -322,7 +352,12 @@ class UGNCLMethod(Method):
         else:
             self.division = self._divide_with_model(ctx, epoch, batch_size, lam)
         record = {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
-        if not self.started:
+        if self.division_start == "agreed" and not self.started:
+            self._decide_agreed_start(epoch - ctx.warmup_epochs, record)
+            if epoch < ctx.warmup_epochs:
+                self.division = None  # the reference division only
+                return record
+        elif not self.started:
             # Every pair's diagonal against its lambda strongest rivals (top_rival's label,
             # whatever the set): a determined pair's 0/1 label would make two modes of its own.
             labels = np.concatenate(self._start_labels) if self._start_labels else np.empty(0)
@@ -334,8 +369,26 @@ class UGNCLMethod(Method):
         # Until the start, the epoch trains with the warm-up objective (the division above is
         # recorded, not used).
         self.deferred = not self.started
+        if self.started and self._start_step is None:
+            self._start_step = ctx.global_step
         record["dividing"] = self.started
         return record
+
+    def _decide_agreed_start(self, waited: int, record: dict[str, Any]) -> None:
+        """``division_start: agreed``: start once this division repeats the previous one.
+
+        ``waited``: epochs since ``train.warmup_epochs`` (negative for the reference division
+        of the last warm-up epoch, which only keeps its sets)."""
+        sets = np.asarray(self.division.sets).copy()
+        previous, self._previous_sets = self._previous_sets, sets
+        if waited < 0:
+            record["dividing"] = False
+            return
+        kappa = None if previous is None else division_agreement(previous, sets)
+        record["start_agreement"] = kappa
+        self.started = (kappa is not None and kappa >= self.start_agreement) or (
+            waited >= self.start_max_wait
+        )
 
     def _divide_with_model(
         self,
@@ -365,7 +418,7 @@ class UGNCLMethod(Method):
         by ``division_lambda_min``); ``tools/audit_division.py`` divides with it too.
         Before the division starts (``division_start: separated``) it also keeps every pair's
         ``top_rival`` label for the start rule."""
-        if not self.started:
+        if self.division_start == "separated" and not self.started:
             with torch.no_grad():
                 log_e = fused_log_evidence(
                     centre_scores(raw.detach(), self.centring), tau=self.tau, floor=self.floor,
@@ -423,9 +476,7 @@ class UGNCLMethod(Method):
         (``warmup_loss: hinge_all``) or the released identity-target evidential loss +
         top-lambda hinge; then Eqs. 12-18."""
         raw = model(batch.images, batch.captions, batch.lengths).float()
-        lam = lambda_schedule(
-            raw.shape[-1], ctx.global_step, delta=self.lambda_delta, theta=self.lambda_min
-        )
+        lam = self.hardness(raw.shape[-1], ctx.global_step)
         self._last_lambda = lam
         common = dict(
             lam=lam,
@@ -470,6 +521,18 @@ class UGNCLMethod(Method):
         if self._recorded is not None:
             self._recorded.add(batch.index.cpu(), self.divide(raw.detach(), lam))
 
+    def hardness(self, k: int, global_step: int) -> int:
+        """Eq. 16's ``lambda`` for a batch of ``k`` pairs at ``global_step``.
+
+        ``lambda_clock: global`` counts every step (released); ``division`` counts the steps
+        since the division started, so a world on which the warm-up learns slowly (and the
+        start is deferred) is not handed the hardest negatives before its division can tell
+        clean pairs from noisy ones."""
+        step = global_step
+        if self.lambda_clock == "division":
+            step = 0 if self._start_step is None else max(global_step - self._start_step, 0)
+        return lambda_schedule(k, step, delta=self.lambda_delta, theta=self.lambda_min)
+
     def trl_weight_at(self, k: int) -> float:
         """xi2 of a batch of ``k`` pairs: the set value, or (null) ``XI2_TIMES_K / k``.
 
@@ -499,6 +562,9 @@ class UGNCLMethod(Method):
         state["started"] = self.started
         state["deferred"] = self.deferred
         state["separations"] = list(self._separations)
+        state["start_step"] = self._start_step
+        if self._previous_sets is not None:
+            state["previous_sets"] = torch.from_numpy(self._previous_sets.astype(np.int64))
         # The labels kept since the last epoch start: a run resumed at an epoch boundary
         # decides the start on the same opinions as an uninterrupted one.
         labels = np.concatenate(self._start_labels) if self._start_labels else np.empty(0)
@@ -513,6 +579,10 @@ class UGNCLMethod(Method):
         self.started = bool(state.get("started", self.division_start == "fixed"))
         self.deferred = bool(state.get("deferred", False))
         self._separations = [float(x) for x in state.get("separations", [])]
+        start_step = state.get("start_step")
+        self._start_step = None if start_step is None else int(start_step)
+        previous = state.get("previous_sets")
+        self._previous_sets = None if previous is None else np.asarray(previous)
         labels = state.get("start_labels")
         self._start_labels = [] if labels is None or not len(labels) else [np.asarray(labels)]
         recorded = state.get("recorded")

@@ -13,6 +13,13 @@ logits and returns Ashman's D, ``|m1 - m2| sqrt(2) / sqrt(s1^2 + s2^2)``: D > 2 
 mark of a clean bimodal separation (Ashman, Bird & Zepf 1994). The method starts dividing at
 the first epoch start where D reaches its threshold, or where D fell since the previous epoch
 start (the warm-up has begun to memorise: waiting longer only merges the modes).
+
+:func:`division_agreement` is the criterion of ``division_start: agreed``: Cohen's kappa
+between the noisy/clean calls of two consecutive epochs' divisions. A model that has not yet
+learned what the clean pairs share calls pairs noisy by the luck of their batch's rivals, and
+two epochs' calls agree at chance (kappa ~ 0); once it ranks clean pairs above their rivals,
+the calls repeat (kappa -> 1). Kappa is corrected for chance and for the share called noisy,
+so one threshold reads the same at any noise ratio and any evidence scale.
 """
 
 from __future__ import annotations
@@ -21,7 +28,14 @@ import math
 
 import numpy as np
 
-__all__ = ["label_logits", "should_start_division", "two_mode_separation"]
+from ugncl.methods.ugncl.division import HARD_NOISY, NOISY
+
+__all__ = [
+    "division_agreement",
+    "label_logits",
+    "should_start_division",
+    "two_mode_separation",
+]
 
 _LOGIT_CLIP = 1e-4
 
@@ -93,3 +107,31 @@ def should_start_division(history: list[float], threshold: float) -> bool:
     if history[-1] >= threshold:
         return True
     return len(history) >= 2 and history[-1] < history[-2]
+
+
+def division_agreement(previous: np.ndarray, current: np.ndarray) -> float:
+    """Cohen's kappa of two divisions' noisy calls (NOISY or HARD_NOISY) on the same pairs.
+
+    Args:
+        previous, current: set codes ``(N,)`` of the same samples; pairs unvisited in
+            either (code ``-1``) are left out.
+
+    Returns:
+        ``(p_o - p_e) / (1 - p_e)``, ``p_o`` the share of pairs called alike and ``p_e`` the
+        share two independent calls at the same rates would give; 1.0 when both call every
+        pair the same way (``p_e = 1``), 0.0 when no pair is visited in both.
+    """
+    a, b = np.asarray(previous), np.asarray(current)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"divisions {a.shape} and {b.shape} must be 1-D of the same length")
+    keep = (a >= 0) & (b >= 0)
+    if not keep.any():
+        return 0.0
+    na = np.isin(a[keep], (NOISY, HARD_NOISY))
+    nb = np.isin(b[keep], (NOISY, HARD_NOISY))
+    observed = float((na == nb).mean())
+    pa, pb = float(na.mean()), float(nb.mean())
+    expected = pa * pb + (1.0 - pa) * (1.0 - pb)
+    if expected >= 1.0:
+        return 1.0
+    return (observed - expected) / (1.0 - expected)

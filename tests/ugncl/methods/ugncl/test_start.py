@@ -7,9 +7,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ugncl.methods.ugncl.division import HARD_CLEAN, HARD_NOISY, DivisionResult
+from ugncl.methods.ugncl.division import HARD_CLEAN, HARD_NOISY, NOISY, UNVISITED, DivisionResult
 from ugncl.methods.ugncl.method import UGNCLMethod
-from ugncl.methods.ugncl.start import label_logits, should_start_division, two_mode_separation
+from ugncl.methods.ugncl.start import (
+    division_agreement,
+    label_logits,
+    should_start_division,
+    two_mode_separation,
+)
 
 
 def test_separation_tells_two_modes_from_one() -> None:
@@ -101,3 +106,63 @@ def test_start_labels_travel_in_the_checkpoint_state() -> None:
     )
     fixed = UGNCLMethod(division_start="fixed")
     assert fixed.started and not fixed.deferred
+
+
+def test_agreement_is_chance_corrected_kappa() -> None:
+    rng = np.random.default_rng(0)
+    a = np.where(rng.random(4000) < 0.5, HARD_NOISY, HARD_CLEAN)
+    same = a.copy()
+    same[::10] = np.where(same[::10] == HARD_NOISY, HARD_CLEAN, HARD_NOISY)  # 10% flipped
+    independent = np.where(rng.random(4000) < 0.5, HARD_NOISY, HARD_CLEAN)
+    assert division_agreement(a, a) == pytest.approx(1.0)
+    assert division_agreement(a, same) == pytest.approx(0.8, abs=0.03)
+    assert abs(division_agreement(a, independent)) < 0.05
+    # Determined-noisy counts as a noisy call; unvisited pairs are left out.
+    b = a.copy()
+    b[a == HARD_NOISY] = NOISY
+    b[:100] = UNVISITED
+    assert division_agreement(a, b) == pytest.approx(1.0)
+    # A call of "all clean" twice: no disagreement to correct for chance.
+    clean = np.full(10, HARD_CLEAN)
+    assert division_agreement(clean, clean) == 1.0
+    with pytest.raises(ValueError, match="same length"):
+        division_agreement(a, a[:10])
+
+
+def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
+    """The last warm-up epoch divides for reference only; the division starts at the first
+    epoch start whose noisy calls repeat the previous epoch's (kappa >= start_agreement), or
+    after start_max_wait epochs."""
+    rng = np.random.default_rng(2)
+    n = 400
+    truth = rng.random(n) < 0.5
+    noisy_calls = [rng.random(n) < 0.5, rng.random(n) < 0.5, truth, truth]
+    calls = iter(noisy_calls)
+    method = UGNCLMethod(division_pass="separate", division_start="agreed", start_agreement=0.5)
+
+    def divide(*args, **kwargs) -> DivisionResult:
+        return _division(np.where(next(calls), 0.1, 0.9).astype(np.float32))
+
+    monkeypatch.setattr(method, "_divide_with_model", divide)
+    ctx = SimpleNamespace(warmup_epochs=2, batch_size=32, global_step=0,
+                          clean=~truth, num_samples=n)  # fmt: skip
+    assert method.on_epoch_start(ctx, 0) is None
+    reference = method.on_epoch_start(ctx, 1)
+    assert reference["dividing"] is False and method.division is None
+    chance = method.on_epoch_start(ctx, 2)
+    assert chance["dividing"] is False and method.deferred
+    assert abs(chance["start_agreement"]) < 0.2
+    resumed = UGNCLMethod(division_pass="separate", division_start="agreed")
+    resumed.set_extra_state(method.get_extra_state())
+    np.testing.assert_array_equal(resumed._previous_sets, method._previous_sets)
+    still = method.on_epoch_start(ctx, 3)  # random -> truth: no agreement yet
+    assert still["dividing"] is False
+    started = method.on_epoch_start(ctx, 4)  # truth -> truth
+    assert started["dividing"] is True and started["start_agreement"] == pytest.approx(1.0)
+    assert not method.deferred and method.division is not None
+
+    capped = UGNCLMethod(division_pass="separate", division_start="agreed", start_max_wait=0)
+    monkeypatch.setattr(capped, "_divide_with_model", lambda *a, **k: _division(
+        np.where(rng.random(n) < 0.5, 0.1, 0.9).astype(np.float32)))  # fmt: skip
+    capped.on_epoch_start(ctx, 1)
+    assert capped.on_epoch_start(ctx, 2)["dividing"] is True
