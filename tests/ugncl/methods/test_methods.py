@@ -201,8 +201,9 @@ def method_context(tmp_path, *, model, clean, batches, batch_size, global_step=0
 
 
 def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
-    """top_rival's rival count is Eq. 16's hardness at the trainer's step count (restored on
-    resume), not one re-derived from the epoch: step 1000, K = 6 -> max(6 - 25, theta) = 2."""
+    """``lambda_clock: global``: top_rival's rival count is Eq. 16's hardness at the trainer's
+    step count (restored on resume), not one re-derived from the epoch: step 1000, K = 6 ->
+    max(6 - 25, theta) = 2."""
     import numpy as np
 
     model, batch = tiny_batch(views=2)
@@ -211,14 +212,38 @@ def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
         tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
         batch_size=k, global_step=1000,
     )  # fmt: skip
-    record = UGNCLMethod(lambda_min=2, division_pass="separate").on_epoch_start(ctx, epoch=1)
+    settings = dict(lambda_min=2, division_pass="separate", division_start="fixed",
+                    lambda_clock="global")  # fmt: skip
+    record = UGNCLMethod(**settings).on_epoch_start(ctx, epoch=1)
     assert record["division_lambda"] == 2
     assert (
-        UGNCLMethod(lambda_min=2, division_pass="separate").on_epoch_start(
-            dataclasses.replace(ctx, global_step=0), epoch=1
-        )["division_lambda"]
+        UGNCLMethod(**settings).on_epoch_start(dataclasses.replace(ctx, global_step=0), epoch=1)[
+            "division_lambda"
+        ]
         == k - 1
     )
+
+
+def test_division_clock_counts_hardness_from_the_division_start(tmp_path) -> None:
+    """``lambda_clock: division`` (default): warm-up steps do not harden Eq. 16; the schedule
+    starts at K - 1 at the division start, whatever the global step, and the start step
+    travels in the checkpoint state."""
+    import numpy as np
+
+    model, batch = tiny_batch(views=2)
+    k = len(batch.index)
+    ctx = method_context(
+        tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
+        batch_size=k, global_step=1000,
+    )  # fmt: skip
+    method = UGNCLMethod(lambda_min=2, division_pass="separate", division_start="fixed")
+    assert method.hardness(k, 1000) == k - 1  # before the start: the hinge over all negatives
+    assert method.on_epoch_start(ctx, epoch=1)["division_lambda"] == k - 1
+    assert method.hardness(k, 1000 + 40) == max(k - 1, 2)  # 40 steps x 0.025 = 1 negative
+    assert method.hardness(k, 1000 + 1000) == 2
+    resumed = UGNCLMethod(lambda_min=2, division_pass="separate", division_start="fixed")
+    resumed.set_extra_state(method.get_extra_state())
+    assert resumed.hardness(k, 2000) == 2 and resumed.hardness(k, 1000) == k - 1
 
 
 def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> None:
@@ -237,8 +262,13 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
         batch_size=k, global_step=1000,
     )  # fmt: skip
     method = UGNCLMethod(
-        lambda_min=2, division_lambda_min=4, p=0.0, division_pass="separate"
-    )  # every pair hard
+        lambda_min=2,
+        division_lambda_min=4,
+        p=0.0,
+        division_pass="separate",
+        division_start="fixed",
+        lambda_clock="global",
+    )  # every pair hard; fmt: skip
     assert method.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 4
     with torch.no_grad():
         raw = model(batch.images, batch.captions, batch.lengths)
@@ -249,12 +279,10 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
     step = dataclasses.replace(ctx(warmup=False, epoch=1), global_step=1000)
     method.training_step(model, batch, step)
     assert method._last_lambda == 2
-    assert (
-        UGNCLMethod(lambda_min=2, division_pass="separate").on_epoch_start(ctx_, epoch=1)[
-            "division_lambda"
-        ]
-        == 2
+    unfloored = UGNCLMethod(
+        lambda_min=2, division_pass="separate", division_start="fixed", lambda_clock="global"
     )
+    assert unfloored.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 2
 
 
 def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> None:

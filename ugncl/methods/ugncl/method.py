@@ -99,10 +99,12 @@ class UGNCLConfig:
     # at xi1 = 0.1, Delta = 10 zeroes every hard-clean margin (docs/methods/ugncl.md).
     trust_delta: float = 0.0
     lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
-    # Which steps Eq. 16's hardness schedule counts: global (released: every optimiser step
-    # since the first, warm-up included) | division (the steps since the division started;
-    # warm-up and deferred epochs keep lambda = K - 1, the hinge over all negatives).
-    lambda_clock: str = "global"
+    # Which steps Eq. 16's hardness schedule counts: division (decision: the steps since the
+    # division started; warm-up and deferred epochs keep lambda = K - 1, the hinge over all
+    # negatives) | global (released: every optimiser step since the first, warm-up included;
+    # on a world where the warm-up learns slowly it hands the hardest negatives to a model
+    # that cannot yet rank, docs/methods/ugncl.md).
+    lambda_clock: str = "division"
     lambda_min: int = 5  # theta
     evidential_loss: str = "fused"
     division_batch_size: int | None = None  # null -> train.batch_size (K of the division)
@@ -151,16 +153,16 @@ class UGNCLConfig:
     # first division marks most pairs determined, and Eq. 9's argmax then marks most clean
     # pairs noisy (docs/research/ugncl-generalisation.md).
     warmup_loss: str = "released"
-    # When the division starts: fixed (paper: right after train.warmup_epochs; default) |
-    # separated (at the first epoch start from train.warmup_epochs on where the soft labels'
-    # two modes are separated, Ashman's D >= start_separation, or where D fell since the
-    # previous epoch start; the epochs before are warm-up epochs). Under measurement
-    # (docs/research/ugncl-generalisation.md).
-    division_start: str = "fixed"
+    # When the division starts: agreed (decision: at the first epoch start from
+    # train.warmup_epochs on where the division repeats the previous epoch's, Cohen's kappa
+    # of the noisy calls >= start_agreement, and at the latest start_max_wait epochs after
+    # train.warmup_epochs; the last warm-up epoch divides for reference) | fixed (paper: right
+    # after train.warmup_epochs) | separated (where the soft labels' two modes separate,
+    # Ashman's D >= start_separation, or D fell since the previous epoch start). A division
+    # made before the model ranks clean pairs above their rivals calls pairs noisy by the luck
+    # of their batch (docs/methods/ugncl.md, "When the division starts").
+    division_start: str = "agreed"
     start_separation: float = 2.0
-    # division_start: agreed -- start at the first epoch start from train.warmup_epochs on
-    # where the division agrees with the previous epoch's (Cohen's kappa of the noisy calls
-    # >= start_agreement), and at the latest start_max_wait epochs after train.warmup_epochs.
     start_agreement: float = 0.5
     start_max_wait: int = 6
 
