@@ -42,7 +42,8 @@ class SGRAF(nn.Module):
 
     Implements the package's similarity-model interface (``ugncl.framework.similarity``) without
     importing it: ``encode_images`` -> (W, n, R, E) (images on axis 1, ``image_axis``),
-    ``encode_captions`` -> (n, L, E), ``score`` -> raw (W, n_img, n_cap), ``score_all_pairs``.
+    ``encode_captions`` -> (n, L, E), ``score`` -> raw (W, n_img, n_cap), ``score_all_pairs``,
+    ``unit_scores`` (the identity: no temperature).
 
     Attributes:
         backbone: ``"sgraf"``, the backbone registry key.
@@ -162,6 +163,11 @@ class SGRAF(nn.Module):
             self.sim_enc, img_emb, cap_emb, lengths, memory_budget_bytes=memory_budget_bytes,
             block_captions=self.block_captions,
         )  # fmt: skip
+
+    def unit_scores(self, raw: Tensor) -> Tensor:
+        """Raw scores on the unit scale of the similarity-model interface: SGRAF's
+        pre-sigmoid scores are on it already (no temperature), so ``raw`` itself."""
+        return raw
 
     def score_all_pairs(
         self,

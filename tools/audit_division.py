@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     K = args.batch_size or config.train.batch_size
     lam = method.hardness(K, int(state.get("global_step", 0)))
     divide_pairs = functools.partial(
-        divide_split, model, lambda raw: method.divide(raw, lam).sets, batch_size=K,
-        seed=args.seed, device=device,
+        divide_split, model, lambda raw: method.divide(model.unit_scores(raw), lam).sets,
+        batch_size=K, seed=args.seed, device=device,
     )  # fmt: skip
     result = audit_division(split, divide_pairs, seed=args.seed)
     header = {"run": str(run), "checkpoint": str(ckpt), "batch_size": K, "lambda": lam,

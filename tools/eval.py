@@ -132,11 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{num_images} images. Use --protocol full"
         )
     eval_score = config.eval.eval_score
+    method = build_method(config)
     results, _ = evaluate_models(
         [model for model, _ in loaded],
         split,
         protocol=protocol,
-        score=build_method(config).retrieval_score,
+        score=method.retrieval_score,
+        unit_scores=method.reads_unit_scores,
         batch_size=args.batch_size,
         device=device,
         ties=args.ties,

@@ -3,7 +3,8 @@
 The pipeline for one split and one or more checkpoints is::
 
     encoded = encode_split(model, split, device=device)            # once per model
-    scores = score_matrix(model, encoded, score=method.retrieval_score)  # (n_img, n_cap) float32
+    scores = score_matrix(model, encoded, score=method.retrieval_score,
+                          unit_scores=method.reads_unit_scores)  # (n_img, n_cap) float32
     scores = ensemble([scores_sgr, scores_saf])                    # "SGRAF" / UGNCL*
     results = evaluate_scores(scores, encoded.caption_to_image, protocol="coco5fold")
 
@@ -394,6 +395,7 @@ def score_matrix(
     tau: float = 0.1,
     device: torch.device | str | None = None,
     memory_budget_bytes: int | None = None,
+    unit_scores: bool = False,
 ) -> np.ndarray:
     """Score every (image, caption) pair of an encoded split, shard by shard.
 
@@ -406,11 +408,15 @@ def score_matrix(
         device: where shards are scored. ``score_all_pairs`` runs on the model's parameter
             device, so this only checks that they agree (move the model first).
         memory_budget_bytes: working-memory budget per shard (default: the model's).
+        unit_scores: ``score`` reads each shard as ``model.unit_scores(raw)`` (a method's
+            ``reads_unit_scores``: CLIP's cosine instead of its logit-scaled cosine).
 
     Returns:
         ``(n_img, n_cap)`` float32 scores, rows images, columns captions.
     """
     reduce = score if score is not None else view_reducer(eval_score, tau)
+    if unit_scores:
+        reduce = _after_unit_scores(model, reduce)
     kwargs: dict = {"view_reduce": reduce, "out_device": "cpu"}
     if memory_budget_bytes is not None:
         kwargs["memory_budget_bytes"] = int(memory_budget_bytes)
@@ -432,6 +438,17 @@ def score_matrix(
     if scores.shape != expected:
         raise RuntimeError(f"score_all_pairs returned shape {scores.shape}, expected {expected}")
     return scores
+
+
+def _after_unit_scores(
+    model: nn.Module, score: Callable[[Tensor], Tensor]
+) -> Callable[[Tensor], Tensor]:
+    """``score`` of ``model``'s unit scores: raw (W, a, b) -> ``score(model.unit_scores(raw))``."""
+
+    def reduce(raw: Tensor) -> Tensor:
+        return score(model.unit_scores(raw))
+
+    return reduce
 
 
 def _image_block(
@@ -545,6 +562,7 @@ def evaluate_models(
     device: torch.device | str | None = None,
     memory_budget_bytes: int | None = None,
     ties: str = "random",
+    unit_scores: bool = False,
 ) -> tuple[dict[str, dict[str, float]], np.ndarray]:
     """Encode ``split`` with each model, average their score matrices and evaluate.
 
@@ -553,7 +571,7 @@ def evaluate_models(
         split: the split to rank (its clean caption->image map is the ground truth).
         protocol: see :func:`evaluate_scores`; ``None`` -> :func:`default_protocol`.
         ties: tie rule, see :func:`evaluate_scores`.
-        score, eval_score, tau, memory_budget_bytes: see :func:`score_matrix`.
+        score, eval_score, tau, memory_budget_bytes, unit_scores: see :func:`score_matrix`.
         batch_size, device: see :func:`encode_split`.
 
     Returns:
@@ -578,6 +596,7 @@ def evaluate_models(
                 score=score,
                 eval_score=eval_score,
                 tau=tau,
+                unit_scores=unit_scores,
                 device=device,
                 memory_budget_bytes=memory_budget_bytes,
             )
@@ -601,6 +620,8 @@ class Evaluator:
         score: raw (W, a, b) -> (a, b), e.g. ``method.retrieval_score``.
         batch_size: images or captions per encoding pass.
         memory_budget_bytes: per-shard budget of all-pairs scoring (None: the model's).
+        unit_scores: ``score`` reads unit scores (``method.reads_unit_scores``; see
+            :func:`score_matrix`).
     """
 
     def __init__(
@@ -611,9 +632,11 @@ class Evaluator:
         score: Callable[[Tensor], Tensor],
         batch_size: int = 128,
         memory_budget_bytes: int | None = None,
+        unit_scores: bool = False,
     ) -> None:
         self._splits: dict[str, object] = {"val": val, "test": test}
         self.score = score
+        self.unit_scores = unit_scores
         self.batch_size = batch_size
         self.memory_budget_bytes = memory_budget_bytes
 
@@ -645,6 +668,7 @@ class Evaluator:
             score=self.score,
             batch_size=self.batch_size,
             memory_budget_bytes=self.memory_budget_bytes,
+            unit_scores=self.unit_scores,
         )
         return {
             data.split if section in {"full", "1k"} else f"{data.split}/{section}": metrics

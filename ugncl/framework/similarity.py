@@ -7,8 +7,12 @@ Evaluation and methods use only these calls, never a backbone's insides::
     raw = model.score(img, cap, lengths)            # (W, n_img, n_cap), differentiable
     raw = model(images, captions, lengths)          # = score(encode_images, encode_captions)
     raw = model.score_all_pairs(img, cap, lengths, memory_budget_bytes=...)  # a whole split
+    unit = model.unit_scores(raw)                  # the same scores without a temperature
 
 Scores are raw: the method decides what they mean (sigmoid, evidence, logit-scaled cosine).
+A method whose score function is set for scores a few units wide (UGNCL's evidence
+``exp(tanh(r)/tau)``) reads them through ``unit_scores``: SGRAF's raw scores as they are,
+CLIP's cosine (its raw score divided by the learned temperature ``logit_scale.exp()``).
 ``model.config`` is a plain dict that rebuilds the model through the backbone registry
 (``ugncl.backbones.registry.BACKBONES[model.backbone]``); checkpoints store it with the
 backbone name.
@@ -66,6 +70,16 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def score(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
         """Raw (W, n_img, n_cap) scores of every (image, caption) pair; differentiable."""
+
+    def unit_scores(self, raw: Tensor) -> Tensor:
+        """Raw scores of this model -> the same scores on its unit scale, differentiable.
+
+        The unit scale has no learned temperature: scores a few units wide, the scale that
+        bounded functions of a score (UGNCL's evidence ``exp(tanh(r)/tau)``) are set for.
+        Identity here (SGRAF's pre-sigmoid scores); a backbone that multiplies its scores by a
+        temperature divides it out (CLIP: the cosine). Works on any shape of raw scores.
+        """
+        return raw
 
     def forward(self, images: Tensor, captions: Tensor, lengths: Tensor) -> Tensor:
         """(K images, K captions) -> raw (W, K, K) scores; rows images, columns captions."""

@@ -75,12 +75,17 @@ class Method(nn.Module):
             ``gather_with_grad`` without ``local_loss``) and ``batch.index`` etc. are the
             global batch's, so the loss equals the one-process loss at batch B. ``per_rank``:
             the method sees the rank's micro-batch of B / world and its own negatives.
+        reads_unit_scores: the method reads the backbone's scores on their unit scale
+            (``model.unit_scores(raw)``: SGRAF's raw scores, CLIP's cosine) in its training
+            step, and evaluation hands ``retrieval_score`` unit scores too. False (default):
+            raw scores throughout.
     """
 
     name: ClassVar[str] = "method"
     epoch_record: ClassVar[str] = "epoch_start"
     nonfinite_hint: ClassVar[str] = "Lower train.lr or check the input features for NaN."
     negatives: ClassVar[str] = "gathered"
+    reads_unit_scores: ClassVar[bool] = False
 
     def __init__(self, *, eval_score: str = "raw") -> None:
         super().__init__()
@@ -151,7 +156,8 @@ class Method(nn.Module):
         return view_reducer(self.eval_score)
 
     def retrieval_score(self, raw: Tensor) -> Tensor:
-        """Raw (W, n_img, n_cap) -> the (n_img, n_cap) score evaluation ranks by."""
+        """Raw (W, n_img, n_cap) -> the (n_img, n_cap) score evaluation ranks by (unit scores
+        where the method sets ``unit_scores``)."""
         return self.retrieval_reducer()(raw)
 
     def stats(self) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 One view (W = 1). The raw score of (image i, caption k) is ``logit_scale.exp() * cos(i, k)``,
 the x~100 scale on which NPC, SDD and OSA put every threshold
-(docs/methods/weighted.md). Embeddings are L2-normalised by the encoders, so
+(docs/methods/weighted.md); ``unit_scores`` gives back the cosine, the scale UGNCL's evidence
+reads. Embeddings are L2-normalised by the encoders, so
 evaluation encodes each image and caption once and scores by matrix products in blocks.
 """
 
@@ -101,6 +102,14 @@ class CLIPSimilarity(SimilarityModel):
         with torch.autocast(img_emb.device.type, enabled=False):
             scale = self.logit_scale.float().exp()
             return (scale * img_emb.float() @ cap_emb.float().t()).unsqueeze(0)
+
+    def unit_scores(self, raw: Tensor) -> Tensor:
+        """Raw scores -> the cosine ``raw / logit_scale.exp()``, in [-1, 1] (the unit scale).
+
+        Differentiable; the cosine does not depend on ``logit_scale``, so a loss on it gives the
+        temperature no gradient (up to rounding).
+        """
+        return raw.float() / self.logit_scale.float().exp()
 
     def forward(self, images: Tensor, captions: Tensor, lengths: Tensor | None = None) -> Tensor:
         """(n_img, 3, H, W), (n_cap, ctx) -> (1, n_img, n_cap) raw scores."""

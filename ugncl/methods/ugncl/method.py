@@ -213,10 +213,17 @@ def truth_division(clean: np.ndarray) -> DivisionResult:
 
 
 class UGNCLMethod(Method):
-    """The UGNCL training method over a W-view SGRAF model."""
+    """The UGNCL training method over a W-view similarity model (SGRAF, CLIP).
+
+    It reads the model's unit scores (``reads_unit_scores``, ``model.unit_scores``), the scale
+    its evidence function is set for: SGRAF's raw scores as they are, CLIP's cosine rather
+    than ``logit_scale.exp() * cos`` (on which ``tanh`` saturates and every evidence is
+    ``e^(1/tau)``).
+    """
 
     name = "ugncl"
     epoch_record = "division"
+    reads_unit_scores = True
     nonfinite_hint = (
         "Lower train.lr, check the input features for NaN, or set "
         "method.ugncl.evidence_ceiling lower."
@@ -409,7 +416,7 @@ class UGNCLMethod(Method):
             for batch in batches:
                 batch = batch.to(ctx.device)
                 with ctx.autocast():
-                    raw = model(batch.images, batch.captions, batch.lengths)
+                    raw = self.scores(model, batch)
                 accumulator.add(batch.index.cpu(), self.divide(raw.float(), lam))
         return merge_division(accumulator.result())
 
@@ -477,7 +484,7 @@ class UGNCLMethod(Method):
         """Warm-up (and epochs whose division start was deferred): the all-negatives hinge
         (``warmup_loss: hinge_all``) or the released identity-target evidential loss +
         top-lambda hinge; then Eqs. 12-18."""
-        raw = model(batch.images, batch.captions, batch.lengths).float()
+        raw = self.scores(model, batch).float()
         lam = self.hardness(raw.shape[-1], ctx.global_step)
         self._last_lambda = lam
         common = dict(
@@ -516,6 +523,12 @@ class UGNCLMethod(Method):
             hard_target=self.hard_target,
             **common,
         )
+
+    @staticmethod
+    def scores(model: nn.Module, batch: PairBatch) -> Tensor:
+        """The batch's ``(W, K, K)`` scores on the model's unit scale, the scores the
+        evidence, the division, the losses and (in evaluation) the retrieval score read."""
+        return model.unit_scores(model(batch.images, batch.captions, batch.lengths))
 
     def _record(self, raw: Tensor, batch: PairBatch, lam: int) -> None:
         """``division_pass: training``: keep this batch's division for the next epoch start
