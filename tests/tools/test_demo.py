@@ -54,6 +54,10 @@ def test_demo_generates_the_world_and_prints_every_row(demo, tmp_path, tiny_mode
     assert "noise_ratio: 0.5" in hinge_cfg and "name: triplet" in hinge_cfg
     clean_cfg = (Path(rows["clean reference"]["run_dir"]) / "config.yaml").read_text()
     assert "noise_ratio: 0.0" in clean_cfg and "seed: 3" in clean_cfg
+    # the short schedule is applied under --set (whose epochs win): UGNCL's lr step moved
+    assert summary["schedule"] == "short" and "(short schedule)" in printed
+    ugncl_cfg = (Path(rows["UGNCL"]["run_dir"]) / "config.yaml").read_text()
+    assert "lr_update: 11" in ugncl_cfg
     # the same root with other settings is refused, not silently reused
     assert demo(["--world-root", str(root), "--world", "seed=6", "--out", str(tmp_path / "b")]) == 2
     assert "other settings" in capsys.readouterr().err
