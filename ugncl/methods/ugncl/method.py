@@ -304,6 +304,15 @@ class UGNCLMethod(Method):
             if value not in UGNCLConfig.CHOICES[key]:
                 choices = " | ".join(UGNCLConfig.CHOICES[key])
                 raise ConfigError(f"method.ugncl.{key} must be one of {choices}, got {value!r}")
+        if not -1.0 < start_agreement <= 1.0:
+            raise ConfigError(
+                f"method.ugncl.start_agreement must be a kappa in (-1, 1], got {start_agreement}; "
+                "0.5 starts the division once two epochs' noisy calls agree well beyond chance"
+            )
+        if start_max_wait < 0:
+            raise ConfigError(
+                f"method.ugncl.start_max_wait must be >= 0 epochs, got {start_max_wait}"
+            )
         if division_lambda_min is not None and division_lambda_min < 1:
             raise ConfigError(
                 f"method.ugncl.division_lambda_min must be >= 1 (rivals) or null, got "

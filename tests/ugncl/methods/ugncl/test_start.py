@@ -166,3 +166,13 @@ def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
         np.where(rng.random(n) < 0.5, 0.1, 0.9).astype(np.float32)))  # fmt: skip
     capped.on_epoch_start(ctx, 1)
     assert capped.on_epoch_start(ctx, 2)["dividing"] is True
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("start_agreement", 1.5), ("start_agreement", -1.0), ("start_max_wait", -1)]
+)
+def test_agreed_start_settings_out_of_range_are_config_errors(key: str, value: float) -> None:
+    from ugncl.framework.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=key):
+        UGNCLMethod(**{key: value})
