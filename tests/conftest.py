@@ -48,3 +48,26 @@ def tiny_world(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("world")
     make_synthetic(root, num_train=48, num_dev=12, num_test=12, seed=0, feature_dim=64)
     return root
+
+
+@pytest.fixture
+def keep_threads():
+    """Give the next tests their torch thread count back (a run's ``train.threads`` sets it for
+    the whole process). Modules that train use it: ``pytest.mark.usefixtures("keep_threads")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def write_tiny_clip_world(root: Path, num_train: int, image_size: int = 32) -> Path:
+    """A tiny synthetic world (features 36 x 64, 50% noise file) with its scenes rendered as
+    ``image_size`` px images for the CLIP track; returns ``root``."""
+    from precomputed.synthetic import make_synthetic
+    from precomputed.synthetic.render import write_clip_images
+
+    make_synthetic(root, num_train=num_train, num_dev=6, num_test=6, seed=0, feature_dim=64,
+                   noise_ratios=(0.5,))  # fmt: skip
+    write_clip_images(root, size=image_size)
+    return root

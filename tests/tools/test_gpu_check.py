@@ -6,12 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-
-@pytest.fixture(autouse=True)
-def keep_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+# A run's train.threads sets torch's thread count for the process; give it back.
+pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 def test_without_cuda_it_says_so_and_exits_0(tool, monkeypatch, capsys) -> None:

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from precomputed.errors import UserError
+from tests.conftest import write_tiny_clip_world
 from tests.tools.test_train import tiny_overrides
 
 CLIP = ["data.train_images=8", "data.dev_images=6", "model.clip.pretrained=random",
@@ -20,23 +21,13 @@ CLIP = ["data.train_images=8", "data.dev_images=6", "model.clip.pretrained=rando
         "eval.test_after_training=false"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+# A run's train.threads sets torch's thread count for the process; give it back.
+pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 @pytest.fixture(scope="module")
 def clip_world(tmp_path_factory) -> Path:
-    from precomputed.synthetic import make_synthetic
-    from precomputed.synthetic.render import write_clip_images
-
-    root = tmp_path_factory.mktemp("clip_world")
-    make_synthetic(root, num_train=16, num_dev=6, num_test=6, seed=0, feature_dim=64,
-                   noise_ratios=(0.5,))  # fmt: skip
-    write_clip_images(root, size=32)
-    return root
+    return write_tiny_clip_world(tmp_path_factory.mktemp("clip_world"), num_train=16)
 
 
 def _one_error(capsys) -> str:

@@ -12,30 +12,22 @@ import pytest
 import torch
 
 from precomputed.noise import noise_sha256
+from tests.conftest import write_tiny_clip_world
 from ugncl.framework.engine.recorder import read_metrics
 
 IMAGE_SIZE, CONTEXT = 32, 24
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    """clip_synthetic sets train.threads: 1 for the process; give the next tests theirs back."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+# A run's train.threads sets torch's thread count for the process; give it back.
+pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 @pytest.fixture(scope="module")
 def clip_world(tmp_path_factory) -> Path:
     """A tiny world as features (36 x 64, SGRAF-sized by TINY_MODEL) and as 32 px images."""
-    from precomputed.synthetic import make_synthetic
-    from precomputed.synthetic.render import write_clip_images
-
-    root = tmp_path_factory.mktemp("clip_world")
-    make_synthetic(root, num_train=24, num_dev=6, num_test=6, seed=0, feature_dim=64,
-                   noise_ratios=(0.5,))  # fmt: skip
-    write_clip_images(root, size=IMAGE_SIZE)
-    return root
+    return write_tiny_clip_world(
+        tmp_path_factory.mktemp("clip_world"), num_train=24, image_size=IMAGE_SIZE
+    )
 
 
 @pytest.fixture(scope="module")

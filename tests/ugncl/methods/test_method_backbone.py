@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import write_tiny_clip_world
 from ugncl.framework.engine.recorder import read_metrics
 
 IMAGE_SIZE, CONTEXT = 32, 24
@@ -16,25 +17,17 @@ SGRAF = ["model.sgraf.img_dim=64", "model.sgraf.embed_dim=16", "model.sgraf.sim_
          "model.sgraf.word_dim=16", "model.sgraf.num_views=1"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+# A run's train.threads sets torch's thread count for the process; give it back.
+pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> tuple[Path, Path]:
     """The tiny world as region features and as 32 px images, and random CLIP weights."""
-    from precomputed.synthetic import make_synthetic
-    from precomputed.synthetic.render import write_clip_images
     from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
     from ugncl.backbones.clip.models import TINY_MODEL
 
-    root = tmp_path_factory.mktemp("mb_world")
-    make_synthetic(root, num_train=24, num_dev=6, num_test=6, seed=0, feature_dim=64,
-                   noise_ratios=(0.5,))  # fmt: skip
-    write_clip_images(root, size=IMAGE_SIZE)
+    root = write_tiny_clip_world(tmp_path_factory.mktemp("mb_world"), 24, IMAGE_SIZE)
     torch.manual_seed(0)
     model = build_clip(TINY_MODEL, image_size=IMAGE_SIZE, context_length=CONTEXT)
     return root, save_clip_weights(model, root / "tiny-random.pt")

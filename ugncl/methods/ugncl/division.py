@@ -40,6 +40,7 @@ __all__ = [
     "DivisionResult",
     "batch_opinions",
     "bidirectional_alpha",
+    "called_noisy",
     "divide_batch",
     "division_quality",
     "floor_uncertainty",
@@ -559,6 +560,11 @@ def _ratio(num: int, den: int) -> float:
     return float(num) / den if den else 0.0
 
 
+def called_noisy(sets: np.ndarray) -> np.ndarray:
+    """``(N,)`` bool: the pairs a division calls noisy (NOISY or HARD_NOISY)."""
+    return (sets == NOISY) | (sets == HARD_NOISY)
+
+
 def division_quality(sets: np.ndarray | Tensor, clean: np.ndarray | Tensor) -> dict[str, Any]:
     """Division quality against ground-truth clean flags (METHOD 6, "record per epoch").
 
@@ -587,7 +593,7 @@ def division_quality(sets: np.ndarray | Tensor, clean: np.ndarray | Tensor) -> d
     out: dict[str, Any] = {}
     for code, name in SET_NAMES.items():
         out[f"n_{name}"] = int((s == code).sum())
-    pred_noisy = (s == NOISY) | (s == HARD_NOISY)
+    pred_noisy = called_noisy(s)
     true_noisy = ~c
     tp = int((pred_noisy & true_noisy).sum())
     precision = _ratio(tp, int(pred_noisy.sum()))

@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ugncl.methods.ugncl.division import HARD_NOISY, NOISY
+from ugncl.methods.ugncl.division import called_noisy
 
 __all__ = [
     "division_agreement",
@@ -127,8 +127,7 @@ def division_agreement(previous: np.ndarray, current: np.ndarray) -> float:
     keep = (a >= 0) & (b >= 0)
     if not keep.any():
         return 0.0
-    na = np.isin(a[keep], (NOISY, HARD_NOISY))
-    nb = np.isin(b[keep], (NOISY, HARD_NOISY))
+    na, nb = called_noisy(a[keep]), called_noisy(b[keep])
     observed = float((na == nb).mean())
     pa, pb = float(na.mean()), float(nb.mean())
     expected = pa * pb + (1.0 - pa) * (1.0 - pb)
