@@ -142,8 +142,10 @@ def run_grid(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def ensure_world(options: str) -> tuple[Path, Path]:
-    """The plan's world root and CLIP stand-in weights, generated when missing."""
+def ensure_world(options: str) -> tuple[Path, Path | None]:
+    """The plan's world root and CLIP stand-in weights, generated when missing; no weights
+    (None) for a world without a CLIP view (``--generator counting|activity`` or
+    ``--image-size 0`` render no images)."""
     root = Path("data/synthetic")
     if options.strip():
         digest = hashlib.sha256(" ".join(shlex.split(options)).encode()).hexdigest()[:10]
@@ -153,6 +155,10 @@ def ensure_world(options: str) -> tuple[Path, Path]:
         print(f"writing the world {root} ({options or 'defaults'}) ...", file=sys.stderr)
         cmd = [sys.executable, str(tools / "make_synthetic.py"), "--out", str(root)]
         subprocess.run([*cmd, *shlex.split(options)], check=True)
+    if not (root / "synthetic_clip").is_dir():
+        print(f"{root} has no CLIP view (no rendered images): the SGRAF track only",
+              file=sys.stderr)  # fmt: skip
+        return root, None
     weights = root / "clip" / "ugncl-tiny-pretrained.pt"
     if not weights.is_file():
         print(f"pretraining the CLIP stand-in {weights} ...", file=sys.stderr)
@@ -187,7 +193,9 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         f"`python tools/compare.py --plan {args.plan} --jobs {args.jobs}"
         + (f' --world "{args.world}"' if args.world else "")
         + "`",
-        f"World `{world}`, CLIP stand-in `{weights}`; {len(cells)} cells, {len(rows)} rows.",
+        f"World `{world}`, "
+        + (f"CLIP stand-in `{weights}`" if weights else "no CLIP view (SGRAF track only, no OSA)")
+        + f"; {len(cells)} cells, {len(rows)} rows.",
         *(
             [f"Every cell overridden with `{' '.join(args.set)}` (not the plan's sizes)."]
             if args.set
@@ -195,8 +203,8 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         ),
         *(["", "Cells that did not finish:", *failed] if failed else []),
     ]
-    paths = write_report(args.out, rows, records, title="Noisy-correspondence methods on "
-                         "both backbones", notes=notes)  # fmt: skip
+    title = "Noisy-correspondence methods on " + ("both backbones" if weights else "SGRAF")
+    paths = write_report(args.out, rows, records, title=title, notes=notes)
     print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 1 if failed else 0

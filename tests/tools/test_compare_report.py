@@ -130,13 +130,29 @@ def test_default_plan_one_noise_setting_per_ratio_and_warm_starts() -> None:
             "data.train_images=500"
         ]
     zero = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.0}
-    assert zero == {("sgraf", "triplet"), ("clip", "clip")}
+    assert zero == {("sgraf", "triplet"), ("sgraf", "hinge_all"), ("clip", "clip")}
     noisy = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.5 and c.report}
     sgraf = ("triplet", "hinge_all", "ugncl", "osa", "npc", "sdd")
     clip = ("clip", "npc", "sdd", "osa", "ugncl")
     assert noisy == {("sgraf", m) for m in sgraf} | {("clip", m) for m in clip}
     npc = next(c for c in cells if c.name == "sgraf-npc-n20-s1")
     assert npc.start_from == "sgraf-warmup-n20-s1"
+    # UGNCL and the all-negatives hinge train the same number of epochs (14 by default)
+    by_name = {c.name: c for c in cells}
+    hinge, ugncl = by_name["sgraf-hinge_all-n50-s0"], by_name["sgraf-ugncl-n50-s0"]
+    assert {"train.warmup_epochs=13", "train.epochs=1"} <= set(hinge.overrides)
+    assert {"train.warmup_epochs=2", "train.epochs=12"} <= set(ugncl.overrides)
+    # SDD on SGRAF: thresholds from the warm start's scores, not CLIP's x100 constants
+    assert "method.sdd.thresholds=auto" in by_name["sgraf-sdd-n20-s0"].overrides
+
+
+def test_a_world_without_a_clip_view_plans_the_sgraf_track_without_osa() -> None:
+    cells = default_plan("W", None)
+    assert {c.backbone for c in cells} == {"sgraf"}
+    assert {c.label for c in cells if c.report} == {
+        "triplet", "hinge_all", "ugncl", "npc", "sdd"
+    }  # fmt: skip
+    assert not any("None" in s for c in cells for s in c.overrides)
 
 
 def test_plan_resumes_a_partial_cell_and_reuses_a_done_one(fixture_runs, tmp_path) -> None:
@@ -170,3 +186,17 @@ def test_grid_run_leaves_the_thread_count_as_it_found_it(tool, tiny_world, tiny_
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_ensure_world_without_a_clip_view_skips_the_stand_in(tool, tmp_path, monkeypatch) -> None:
+    """A counting/activity world renders no images: no CLIP pretraining is attempted."""
+    import hashlib
+
+    options = "--generator counting --num-train 50"
+    digest = hashlib.sha256(options.encode()).hexdigest()[:10]
+    root = tmp_path / "data" / "worlds" / digest
+    (root / "synthetic_precomp").mkdir(parents=True)
+    (root / "synthetic_precomp" / "world.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    world, weights = tool("compare").ensure_world(options)
+    assert weights is None and world == Path("data/worlds") / digest

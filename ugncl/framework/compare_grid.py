@@ -66,15 +66,17 @@ class PlanSize:
     """What the budget buys: seeds, noise ratios and the CLIP track's size.
 
     Both tracks train on the same first ``train_images`` images of the world (so on one noise
-    index per ratio: a noise index built for another subset is another file). The SGRAF
-    track keeps its configs' schedules (UGNCL's 2 + 18 epochs, the clean reference's 19 + 1
-    for the all-negatives hinge, 1 + 3 for the hardest-negative hinge); the CLIP track trains
-    ``clip_epochs`` epochs (its step costs ~10 x SGRAF's on a CPU).
+    index per ratio: a noise index built for another subset is another file). On SGRAF, UGNCL
+    and the all-negatives hinge (the clean reference's config) train ``sgraf_epochs`` epochs
+    each (UGNCL 2 warm-up + the rest divided, lr x 0.1 for the last; the hinge all but the last
+    over all negatives, the last on the hardest); None keeps the configs' 20. The
+    hardest-negative triplet keeps its 1 + 3. The CLIP track trains ``clip_epochs`` epochs.
     """
 
     seeds: tuple[int, ...] = (0, 1)
     ratios: tuple[float, ...] = (0.2, 0.5)
     train_images: int = 500
+    sgraf_epochs: int | None = 14
     clip_epochs: int = 2
     sgraf_warmup_epochs: int = 2  # the NPC/SDD warm start on SGRAF (all-negatives hinge)
     sgraf_method_epochs: int = 3  # NPC/SDD epochs after it
@@ -84,9 +86,27 @@ class PlanSize:
 
 DEFAULT = PlanSize()
 FULL = PlanSize(
-    seeds=(0, 1, 2), ratios=(0.2, 0.5, 0.8), train_images=1000, clip_epochs=3,
-    infonce_on_sgraf=True,
+    seeds=(0, 1, 2), ratios=(0.2, 0.5, 0.8), train_images=1000, sgraf_epochs=None,
+    clip_epochs=3, infonce_on_sgraf=True,
 )  # fmt: skip
+
+
+def _sgraf_schedules(epochs: int | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``--set`` values of the hinge (clean_synthetic) and UGNCL cells for ``epochs``."""
+    if epochs is None:
+        return (), ()
+    if epochs < 4:
+        raise ValueError(f"sgraf_epochs must be >= 4 (2 warm-up + 2 divided), got {epochs}")
+    hinge = (f"train.warmup_epochs={epochs - 1}", "train.epochs=1")
+    ugncl = ("train.warmup_epochs=2", f"train.epochs={epochs - 2}",
+             f"train.lr_update={epochs - 3}")  # fmt: skip
+    return hinge, ugncl
+
+
+# SDD's release thresholds (alpha 20, beta 30) are CLIP ViT-B/32 cosines on its x100 logit
+# scale; SGRAF's scores live on another scale, so its bank and drop thresholds come from the
+# warm start's non-matching pair scores (``thresholds: auto``).
+SDD_ON_SGRAF = ("method.sdd.thresholds=auto", "method.sdd.auto_beta_std=1.0")
 
 
 def _pct(ratio: float) -> str:
@@ -112,38 +132,43 @@ class _CellMaker:
 
 
 def default_plan(
-    world: str | Path, clip_weights: str | Path, size: PlanSize = DEFAULT
+    world: str | Path, clip_weights: str | Path | None, size: PlanSize = DEFAULT
 ) -> list[Cell]:
     """The cells of ``make compare``: both backbones, every method at each noise ratio of
-    ``size``, each backbone's plain baseline also at 0%, and the all-negatives hinge with the
-    clean reference's schedule (``clean_synthetic`` at noise > 0) beside the hardest-negative
-    hinge; NPC and SDD on SGRAF start from a warm-up cell of the same split and seed."""
-    weights = str(clip_weights)
-    clip_view = (f"model.clip.pretrained={weights}", f"train.epochs={size.clip_epochs}")
+    ``size``, each backbone's plain baselines also at 0% (on SGRAF the hardest-negative
+    triplet and the clean reference, ``clean_synthetic``), and the all-negatives hinge with
+    the clean reference's schedule (``clean_synthetic`` at noise > 0) beside the
+    hardest-negative hinge; NPC and SDD on SGRAF start from a warm-up cell of the same split
+    and seed. ``clip_weights`` None (a world without a CLIP view): the SGRAF track only, and
+    no OSA there (its estimator is the CLIP stand-in)."""
+    clip_view = (f"model.clip.pretrained={clip_weights}", f"train.epochs={size.clip_epochs}")
+    hinge_schedule, ugncl_schedule = _sgraf_schedules(size.sgraf_epochs)
     cells: list[Cell] = []
     for seed in size.seeds:
         for ratio in (0.0, *size.ratios):
             add = _CellMaker(cells, str(world), ratio, seed, size.train_images)
             add("sgraf", "triplet", "triplet_synthetic")
-            add("clip", "clip", "clip_synthetic", *clip_view)
+            # at 0% the clean reference: the plain model's ceiling on this world
+            add("sgraf", "hinge_all", "clean_synthetic", *hinge_schedule)
+            if clip_weights is not None:
+                add("clip", "clip", "clip_synthetic", *clip_view)
             if ratio == 0.0:
                 continue
             # SGRAF track
-            add("sgraf", "hinge_all", "clean_synthetic")
-            add("sgraf", "ugncl", "ugncl_synthetic")
-            add("sgraf", "osa", "osa_sgraf_synthetic", f"method.osa.estimator={weights}")
+            add("sgraf", "ugncl", "ugncl_synthetic", *ugncl_schedule)
+            if clip_weights is not None:
+                add("sgraf", "osa", "osa_sgraf_synthetic", f"method.osa.estimator={clip_weights}")
             warm = add("sgraf", "warmup", "triplet_synthetic", "train.epochs=0",
                        f"train.warmup_epochs={size.sgraf_warmup_epochs}", report=False)  # fmt: skip
             after = ("train.warmup_epochs=0", f"train.epochs={size.sgraf_method_epochs}",
                      f"model.sgraf.init={START}")  # fmt: skip
             for method in ("npc", "sdd") + (("clip",) if size.infonce_on_sgraf else ()):
                 label = "infonce" if method == "clip" else method
-                # SDD's auto bank threshold (mean + 2 sd of non-matching scores, set for a
-                # pretrained CLIP) leaves no clean pair after a 2-epoch SGRAF warm-up (measured
-                # at 50% noise: "clean set is empty"): above the mean non-matching score.
-                own = ("method.sdd.auto_beta_std=0.0",) if method == "sdd" else ()
+                own = SDD_ON_SGRAF if method == "sdd" else ()
                 add("sgraf", label, "triplet_synthetic", f"method.name={method}", *after, *own,
                     start_from=warm)  # fmt: skip
+            if clip_weights is None:
+                continue
             # CLIP track
             for method in ("npc", "sdd", "osa"):
                 add("clip", method, f"{method}_synthetic", *clip_view)

@@ -113,6 +113,16 @@ def test_meaningless_cells_are_one_error_before_the_run_folder(
     assert not (tmp_path / f"{method}_{backbone}").exists()
 
 
+def test_sdd_release_thresholds_on_sgraf_are_one_error(world, warm_sgraf, tool, tmp_path, capsys):
+    """alpha 20 / beta 30 are CLIP x100 cosines: on SGRAF's scale they left the bank empty
+    after the setup pass; now the run stops before it, naming thresholds=auto."""
+    args = _args(world, tmp_path, "sgraf", "sdd", f"model.sgraf.init={warm_sgraf}")
+    assert tool("train").main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "method.sdd.thresholds=auto" in err[0]
+    assert not (tmp_path / "sdd_sgraf").exists()
+
+
 def test_sgraf_init_refuses_a_checkpoint_of_other_sizes(world, warm_sgraf, tool, tmp_path, capsys):
     args = _args(world, tmp_path, "sgraf", "npc", f"model.sgraf.init={warm_sgraf}",
                  "model.sgraf.embed_dim=8")  # fmt: skip

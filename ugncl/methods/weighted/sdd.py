@@ -146,8 +146,24 @@ class SDDMethod(CLIPMethod):
         return self.pass_batch_size or getattr(ctx, "batch_size", 256)
 
     def backbone_error(self, model: nn.Module) -> str | None:
-        return super().backbone_error(model) or untrained_start_error(
-            "sdd's memory bank and thresholds", model
+        return (
+            super().backbone_error(model)
+            or untrained_start_error("sdd's memory bank and thresholds", model)
+            or self._threshold_scale_error(model)
+        )
+
+    def _threshold_scale_error(self, model: nn.Module) -> str | None:
+        """The release's fixed thresholds are CLIP scores; on another backbone's scale they
+        keep every pair or none (measured: SGRAF after a 2-epoch warm-up, beta 30 kept none)."""
+        backbone = getattr(model, "backbone", "clip")
+        release = (SDDConfig.alpha, SDDConfig.beta)
+        if self.thresholds != "fixed" or backbone == "clip" or (self.alpha, self.beta) != release:
+            return None
+        return (
+            f"sdd's fixed thresholds (alpha {self.alpha:g}, beta {self.beta:g}) are CLIP "
+            f"ViT-B/32 cosines on its x100 logit scale, and {backbone} scores live on another "
+            "scale; set method.sdd.thresholds=auto (from the starting model's non-matching pair "
+            "scores) or method.sdd.alpha/beta on that scale"
         )
 
     # ------------------------------------------------------------------ lifecycle
