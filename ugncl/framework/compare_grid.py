@@ -105,7 +105,9 @@ def _sgraf_schedules(epochs: int | None) -> tuple[tuple[str, ...], tuple[str, ..
 
 # SDD's release thresholds (alpha 20, beta 30) are CLIP ViT-B/32 cosines on its x100 logit
 # scale; SGRAF's scores live on another scale, so its bank and drop thresholds come from the
-# warm start's non-matching pair scores (``thresholds: auto``).
+# warm start's non-matching pair scores (``thresholds: auto``). The bank's beta at their mean
+# + 1 sd: after the 2-epoch warm-up on 500 images it kept 1247 pairs (88% clean) at 20% noise
+# and 805 (64% clean) at 50%; the CLIP default of + 2 sd kept none.
 SDD_ON_SGRAF = ("method.sdd.thresholds=auto", "method.sdd.auto_beta_std=1.0")
 
 
