@@ -83,6 +83,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("i2t_r1", "i2t R@1", ".1f"),
     Column("t2i_r1", "t2i R@1", ".1f"),
     Column("best_epoch", "best epoch"),
+    Column("epochs", "epochs"),
     Column("noisy_f1", "noise F1", ".3f"),
     Column("hard_clean", "hard-clean", ".0f"),
     Column("hard_clean_share", "clean share (hc)", ".2f"),
@@ -225,6 +226,7 @@ def summarize_run(
         "i2t_r1": test.get("i2t/R@1"),
         "t2i_r1": test.get("t2i/R@1"),
         "best_epoch": test.get("epoch"),
+        "epochs": epochs,
         **detection_summary(records),
         "wall_s": wall,
         "s_per_epoch": wall / epochs if wall is not None and epochs else None,
@@ -376,7 +378,7 @@ def format_table(rows: Sequence[dict[str, Any]], fmt: str = "markdown") -> str:
     cells = [[_cell(r.get(c.key), c.fmt) for c in COLUMNS] for r in rows]
     header = [c.header for c in COLUMNS]
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(COLUMNS))]
-    numeric = [bool(c.fmt) or c.key in ("seed", "threads", "best_epoch") for c in COLUMNS]
+    numeric = [bool(c.fmt) or c.key in ("seed", "threads", "best_epoch", "epochs") for c in COLUMNS]
 
     def line(values: list[str]) -> str:
         padded = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)]

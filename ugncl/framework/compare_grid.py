@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ugncl.framework.compare import read_run
+from ugncl.framework.compare import epochs_trained, read_run
 
 __all__ = ["Cell", "PlanSize", "cell_state", "default_plan", "run_plan"]
 
@@ -258,12 +258,15 @@ def run_plan(
 
 def plan_rows(cells: Sequence[Cell], out: str | Path) -> list[dict[str, Any]]:
     """The report's rows: each finished reportable cell's :func:`read_run` row with its
-    ``variant`` (the cell's label)."""
+    ``variant`` (the cell's label); ``epochs`` counts a warm start's epochs too (NPC and SDD
+    on SGRAF: the warm-up cell's 2 + their own), the schedule the row's model saw."""
     out = Path(out)
     rows = []
     for cell in cells:
         if cell.report and cell_state(out, cell) == "done":
             row = read_run(out / cell.name)
             row["variant"] = cell.label
+            if cell.start_from and row.get("epochs") is not None:
+                row["epochs"] += epochs_trained(_records(out / cell.start_from))
             rows.append(row)
     return rows

@@ -61,6 +61,7 @@ def group_means(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({
             "backbone": backbone, "variant": variant, "noise_ratio": ratio,
             "seeds": len(rsums), "rsum_mean": mean, "rsum_std": std,
+            "epochs": "/".join(sorted({str(r.get("epochs")) for r in members})),
             "noisy_f1": avg("noisy_f1"), "weight_auc": avg("weight_auc"),
             "s_per_epoch": avg("s_per_epoch"), "cost_ratio": avg("cost_ratio"),
             "noise_sha256": ",".join(sorted({str(r.get("noise_sha256")) for r in members})),
@@ -73,14 +74,14 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def summary_markdown(groups: Sequence[dict[str, Any]]) -> str:
-    header = ("| backbone | method | noise | seeds | test rSum (mean ± sd) | noise F1 | "
+    header = ("| backbone | method | noise | seeds | epochs | test rSum (mean ± sd) | noise F1 | "
               "weight AUC | s/epoch | cost x plain | noise sha256 |")  # fmt: skip
-    lines = [header, "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    lines = [header, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for g in groups:
         rsum = "" if g["rsum_mean"] is None else f"{g['rsum_mean']:.1f} ± {g['rsum_std']:.1f}"
         lines.append(
             f"| {g['backbone']} | {g['variant']} | {_fmt(g['noise_ratio'], '.2f')} | "
-            f"{g['seeds']} | {rsum} | {_fmt(g['noisy_f1'], '.3f')} | "
+            f"{g['seeds']} | {g['epochs']} | {rsum} | {_fmt(g['noisy_f1'], '.3f')} | "
             f"{_fmt(g['weight_auc'], '.3f')} | {_fmt(g['s_per_epoch'], '.1f')} | "
             f"{_fmt(g['cost_ratio'], '.2f')} | {g['noise_sha256']} |"
         )
