@@ -144,6 +144,7 @@ def test_default_plan_one_noise_setting_per_ratio_and_warm_starts() -> None:
     assert {"train.warmup_epochs=2", "train.epochs=12"} <= set(ugncl.overrides)
     # SDD on SGRAF: thresholds from the warm start's scores, not CLIP's x100 constants
     assert "method.sdd.thresholds=auto" in by_name["sgraf-sdd-n20-s0"].overrides
+    assert "method.npc.clean_threshold=0.9" in by_name["sgraf-npc-n20-s0"].overrides
 
 
 def test_a_world_without_a_clip_view_plans_the_sgraf_track_without_osa() -> None:
