@@ -28,7 +28,8 @@ demo: $(STAMP)
 
 # Every method on both backbones, one noisy split, one report folder (runs/compare/: compare.md,
 # .csv, .json and PNG plots). FULL=1: 3 seeds, 80% noise too, the CLIP track at full size.
-# WORLD="--seed 7 --attribute-sharing 0.3": another world (tools/make_synthetic.py options).
+# WORLD="--generator counting": another world (tools/make_synthetic.py options), its own folder
+# runs/compare-<hash of the options>; a world without rendered images: the SGRAF track only.
 compare: $(STAMP)
 	$(PY) tools/compare.py --plan $(if $(FULL),full,default) --jobs 2 $(if $(WORLD),--world="$(WORLD)")
 

@@ -39,7 +39,10 @@ subprocess (``--jobs`` at a time; a rerun resumes where it stopped), then the re
 
 ``--world`` takes tools/make_synthetic.py's options; that world is written once to
 ``data/worlds/<hash of the options>`` (the default world: ``data/synthetic``) with its CLIP
-stand-in weights (tools/pretrain_clip.py).
+stand-in weights (tools/pretrain_clip.py), and its report goes to
+``runs/compare-<hash of the options>`` (a plan reuses finished cells by name, so each world has
+its own folder). A world without rendered images (``--generator counting|activity``) gets the
+SGRAF track only.
 """
 
 from __future__ import annotations
@@ -172,9 +175,10 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     from ugncl.framework.compare_grid import FULL, cell_state, default_plan, plan_rows, run_plan
     from ugncl.framework.compare_report import write_report
 
-    if args.out == "runs/compare" and args.plan == "full":
-        args.out = "runs/compare-full"
     world, weights = ensure_world(args.world)
+    if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name
+        args.out += "-full" if args.plan == "full" else ""
+        args.out += f"-{world.name}" if args.world else ""
     size = FULL if args.plan == "full" else DEFAULT_PLAN
     if args.seeds:
         size = dataclasses.replace(size, seeds=tuple(args.seeds))
