@@ -123,6 +123,17 @@ def _last_weights(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
+# One colour per method in every panel and plot (matplotlib's tab10 order), the others grey.
+_COLOURS = {
+    "ugncl": "tab:red", "hinge_all": "tab:blue", "triplet": "tab:gray", "clip": "tab:blue",
+    "npc": "tab:orange", "sdd": "tab:green", "osa": "tab:purple", "infonce": "tab:brown",
+}  # fmt: skip
+
+
+def _colour(variant: str) -> str:
+    return _COLOURS.get(variant, "black")
+
+
 def _plot_rsum(groups: Sequence[dict[str, Any]], path: Path, plt: Any) -> None:
     backbones = sorted({g["backbone"] for g in groups})
     fig, axes = plt.subplots(1, len(backbones), figsize=(6 * len(backbones), 4.5), squeeze=False)
@@ -133,7 +144,7 @@ def _plot_rsum(groups: Sequence[dict[str, Any]], path: Path, plt: Any) -> None:
                           key=lambda g: g["noise_ratio"])  # fmt: skip
             xs = [g["noise_ratio"] for g in line]
             ax.errorbar(xs, [g["rsum_mean"] for g in line], yerr=[g["rsum_std"] for g in line],
-                        marker="o", capsize=3, label=variant)  # fmt: skip
+                        marker="o", capsize=3, label=variant, color=_colour(variant))  # fmt: skip
         top = max((g["noise_ratio"] or 0.0 for g in mine), default=0.0)
         ax.set_xlim(-0.05, max(top, 0.5) + 0.05)
         ax.set_title(f"{backbone}: test rSum (mean ± sd over seeds)")
@@ -163,7 +174,7 @@ def _plot_detection(rows, records, path: Path, plt: Any) -> None:
             epochs = sorted(curve)
             ax.plot(epochs, [sum(curve[e]) / len(curve[e]) for e in epochs], marker=".",
                     linestyle="--" if metric == "drop-set F1" else "-",
-                    label=f"{variant}: {metric}")  # fmt: skip
+                    label=f"{variant}: {metric}", color=_colour(variant))  # fmt: skip
         ax.set_title(f"{backbone}: noise detection per epoch (noise {top})")
         ax.set_xlabel("epoch")
         ax.set_ylim(0, 1)
