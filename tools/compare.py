@@ -68,7 +68,7 @@ from ugncl.framework.compare import (
     train_or_resume,
 )
 from ugncl.framework.config import load_config
-from ugncl.framework.engine.recorder import setup_logging
+from ugncl.framework.engine.recorder import read_metrics, setup_logging
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
 
@@ -191,7 +191,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     else:
         status = run_plan(cells, args.out, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
     rows = plan_rows(cells, args.out)
-    records = {r["run"]: _read_records(Path(args.out) / r["run"]) for r in rows}
+    records = {r["run"]: read_metrics(Path(args.out) / r["run"]) for r in rows}
     failed = [f"- {name}: {what}" for name, what in status.items() if what != "done"]
     notes = [
         f"`python tools/compare.py --plan {args.plan} --jobs {args.jobs}"
@@ -212,13 +212,6 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 1 if failed else 0
-
-
-def _read_records(run_dir: Path) -> list[dict]:
-    import json
-
-    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 @cli_main
