@@ -145,14 +145,22 @@ def run_grid(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def world_root(options: str) -> Path:
+    """Where the world of ``options`` (tools/make_synthetic.py's) lives: ``data/synthetic``
+    for none, else ``data/worlds/<sha256 of the options, 10 characters>``."""
+    if not options.strip():
+        return Path("data/synthetic")
+    return (
+        Path("data/worlds")
+        / hashlib.sha256(" ".join(shlex.split(options)).encode()).hexdigest()[:10]
+    )
+
+
 def ensure_world(options: str) -> tuple[Path, Path | None]:
     """The plan's world root and CLIP stand-in weights, generated when missing; no weights
     (None) for a world without a CLIP view (``--generator counting|activity`` or
     ``--image-size 0`` render no images)."""
-    root = Path("data/synthetic")
-    if options.strip():
-        digest = hashlib.sha256(" ".join(shlex.split(options)).encode()).hexdigest()[:10]
-        root = Path("data/worlds") / digest
+    root = world_root(options)
     tools = Path(__file__).resolve().parent
     if not (root / "synthetic_precomp" / "world.json").is_file():
         print(f"writing the world {root} ({options or 'defaults'}) ...", file=sys.stderr)

@@ -194,10 +194,11 @@ def test_ensure_world_without_a_clip_view_skips_the_stand_in(tool, tmp_path, mon
     import hashlib
 
     options = "--generator counting --num-train 50"
-    digest = hashlib.sha256(options.encode()).hexdigest()[:10]
-    root = tmp_path / "data" / "worlds" / digest
+    expected = tool("compare").world_root(options)
+    assert expected == Path("data/worlds") / hashlib.sha256(options.encode()).hexdigest()[:10]
+    root = tmp_path / expected
     (root / "synthetic_precomp").mkdir(parents=True)
     (root / "synthetic_precomp" / "world.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     world, weights = tool("compare").ensure_world(options)
-    assert weights is None and world == Path("data/worlds") / digest
+    assert weights is None and world == expected
