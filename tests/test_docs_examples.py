@@ -68,7 +68,7 @@ def test_the_worked_example_trains_through_the_trainer(example, tiny_world, tmp_
     assert example["_base_"] == "ugncl_synthetic.yaml"
     overrides = [
         *_dotted({"method": example["method"]}),
-        "model.backbone=bag", "train.image_decay_per_rms=null",  # the page's command
+        "model.backbone=bag",  # the page's command
         f"data.root={tiny_world}", "data.dev_images=12", "data.noise_ratio=0.5",
         f"run.out_dir={tmp_path}", "run.name=toy", "train.batch_size=16",
         "train.eval_batch_size=12", "train.seed=0", "train.warmup_epochs=1", "train.epochs=1",

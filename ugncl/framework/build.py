@@ -8,6 +8,7 @@ declare ``CHOICES: ClassVar[dict]`` for its string keys.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,6 +29,8 @@ from ugncl.methods import METHODS, Method
 
 if TYPE_CHECKING:
     from ugncl.framework.config import Config
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BACKBONES",
@@ -74,7 +77,9 @@ def image_decay_override(
     model: torch.nn.Module, data: RunData | None, per_rms: float | None
 ) -> list[tuple[list[torch.nn.Parameter], float]]:
     """``train.image_decay_per_rms`` as an optimiser override: the model's image projection
-    weights at ``per_rms x`` the RMS of the training features (none when it is null).
+    weights at ``per_rms x`` the RMS of the training features (none when it is null, or when
+    the backbone has no projection reading precomputed features: CLIP's image tower is
+    decayed at ``train.weight_decay`` like its other weights).
 
     Why per RMS: decoupled weight decay pulls every weight towards 0 at the same rate, while
     the weights a projection needs scale as 1 / feature scale, so one decay value is weak on
@@ -82,12 +87,17 @@ def image_decay_override(
     if per_rms is None:
         return []
     weights = getattr(model, "image_projection_weights", None)
+    if weights is None:
+        logger.info("train.image_decay_per_rms applies to a projection of precomputed "
+                    "features; the %s backbone has none, so it is not used",
+                    type(model).__name__)  # fmt: skip
+        return []
     rms = getattr(data, "image_feature_rms", None)
-    if weights is None or rms is None:
+    if rms is None:
         raise ConfigError(
-            f"train.image_decay_per_rms is set, but the {type(model).__name__} backbone has no "
-            "image projection reading precomputed features to decay separately (only the "
-            "precomputed SGRAF backbone has); set train.image_decay_per_rms to null"
+            "train.image_decay_per_rms is counted in the training features' RMS, and this "
+            f"{type(model).__name__} was built without its run's precomputed data; pass the "
+            "data, or set train.image_decay_per_rms to null"
         )
     return [(weights(), float(per_rms) * rms())]
 

@@ -129,13 +129,18 @@ class TrainConfig:
     warmup_epochs: int = 5
     batch_size: int = 128
     lr: float = 2e-4
-    optimizer: str = "adam"  # adam | adamw
-    weight_decay: float = 0.0  # > 0: biases, norms, embeddings, logit_scale are exempt
+    # AdamW at 0.2: the CLIP fine-tuning setting of open_clip and the weight-based releases,
+    # and for UGNCL a decision (its release uses Adam without decay): a noisy pair is
+    # memorised through its own weights, and the decay lifted UGNCL's grid
+    # (docs/methods/ugncl.md, "Weight decay"). The plain SGRAF baselines' configs set Adam, 0.
+    optimizer: str = "adamw"  # adam | adamw
+    weight_decay: float = 0.2  # > 0: biases, norms, embeddings, logit_scale are exempt
     # Weight decay of the image projection alone (SGRAF's per-view fc weights, the map that
     # reads each image's raw features), per unit of the training features' RMS: the decay
-    # applied is this x RMS, so it means the same for features of any scale. null:
-    # train.weight_decay (docs/methods/ugncl.md).
-    image_decay_per_rms: float | None = None
+    # applied is this x RMS, so it means the same for features of any scale. 2.7 (decision):
+    # memorisation of noisy pairs runs through this matrix (docs/methods/ugncl.md). null:
+    # train.weight_decay. A backbone without such a projection (CLIP) ignores it, and says so.
+    image_decay_per_rms: float | None = 2.7
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8

@@ -193,7 +193,7 @@ def test_written_defaults_list_the_registries_choices(monkeypatch) -> None:
 
     text = defaults_yaml()
     assert "  name: ugncl  # " + " | ".join(METHODS) in text
-    assert "  optimizer: adam  # adam | adamw" in text
+    assert "  optimizer: adamw  # adam | adamw" in text
     assert "evidence: tanh  # tanh | softplus" in text
     assert _choice_note("a | b (old)", ("a", "c")) == "a | c"
     assert _choice_note("a (x) | c", ("a", "c")) == "a (x) | c"
@@ -279,3 +279,29 @@ def test_experiment_files_state_only_what_differs_from_the_defaults() -> None:
             restated[path.name] = found
     assert not restated, f"keys at their default value (delete them): {restated}"
     assert _restated_defaults({"train": {"lr": 2e-4, "epochs": 3}}, defaults) == ["train.lr"]
+
+
+@pytest.mark.parametrize("name", ["ugncl_synthetic", "ugncl_flickr", "ugncl_coco", "ugncl_cc152k"])
+def test_ugncl_configs_take_the_method_and_optimiser_from_base(name: str) -> None:
+    # One set of method settings for every dataset: a UGNCL config states data, schedule and
+    # model size only, so the settings measured on the synthetic worlds are what runs on real data.
+    base, _ = load_config("base")
+    config, _ = load_config(name)
+    assert config.method.ugncl == base.method.ugncl
+    optimiser = ("optimizer", "weight_decay", "image_decay_per_rms", "grad_clip", "schedule")
+    assert [getattr(config.train, k) for k in optimiser] == [
+        getattr(base.train, k) for k in optimiser
+    ]
+    assert (base.train.optimizer, base.train.weight_decay) == ("adamw", 0.2)
+
+
+def test_plain_baselines_keep_the_releases_optimiser() -> None:
+    # The plain SGRAF baselines train as SGRAF/NCR do (Adam, no decay): UGNCL's decay is its own
+    # decision, and a baseline sharing it would no longer be the plain model.
+    for name in ("clean_synthetic", "triplet_synthetic", "triplet_flickr", "osa_sgraf_synthetic"):
+        train = load_config(name)[0].train
+        assert (train.optimizer, train.weight_decay, train.image_decay_per_rms) == (
+            "adam",
+            0.0,
+            None,
+        )
