@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import nn
 
+from ugncl.framework.build import image_decay_override
 from ugncl.framework.engine.sampling import batch_indices, epoch_order
+from ugncl.framework.errors import ConfigError
 from ugncl.framework.optim import build_optimizer, build_schedule, cosine_schedule, no_decay_ids
 
 
@@ -103,3 +105,31 @@ def test_epoch_order_is_pure_and_a_subset_keeps_its_order() -> None:
     assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert batch_indices(list(range(9)), 4, drop_last=False)[-1] == [4, 5, 6, 7, 8]
     assert batch_indices(list(range(10)), 4, drop_last=True) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+class _Features:
+    """Run data reduced to what the image decay reads: the training features' RMS."""
+
+    def image_feature_rms(self) -> float:
+        return 0.5
+
+
+class _WithProjection(Tiny):
+    def image_projection_weights(self) -> list[nn.Parameter]:
+        return [self.proj.weight]
+
+
+def test_image_decay_scales_with_the_features_and_skips_backbones_without_a_projection(
+    caplog,
+) -> None:
+    model = _WithProjection()
+    [(weights, decay)] = image_decay_override(model, _Features(), 2.7)
+    assert weights == [model.proj.weight] and decay == pytest.approx(1.35)
+    assert image_decay_override(model, _Features(), None) == []
+    # The default reaches CLIP runs too: no projection of precomputed features, said once.
+    with caplog.at_level("INFO", logger="ugncl.framework.build"):
+        assert image_decay_override(Tiny(), None, 2.7) == []
+    assert "has none, so it is not used" in caplog.text
+    # A projection without its run's features cannot be scaled: one error, not a silent 0.
+    with pytest.raises(ConfigError, match="set train.image_decay_per_rms to null"):
+        image_decay_override(model, None, 2.7)
