@@ -120,7 +120,7 @@ def overrides(world_dir: Path, out: Path, name: str, cfg: str, *extra: str) -> l
         f"data.root={world_dir}", "data.noise_ratio=0.5", "data.dev_images=12",
         f"run.out_dir={out}", f"run.name={name}", "train.batch_size=16",
         "train.eval_batch_size=12", "train.log_every=1", "train.seed=0", "train.threads=1",
-        "model.backbone=meanpool", "model.meanpool.embed_dim=8", "train.image_decay_per_rms=null",
+        "model.backbone=meanpool", "model.meanpool.embed_dim=8",
         "eval.eval_score=raw", *extra,
     ]  # fmt: skip
 

@@ -92,7 +92,6 @@ def test_test_only_backbone_and_method_train_through_the_trainer(
         "model.backbone=meanpool", "model.meanpool.embed_dim=8", "method.name=frozen_weights",
         "method.frozen_weights.keep=0.5", "train.optimizer=adamw", "train.weight_decay=0.1",
         "train.schedule=cosine", "train.warmup_steps=3", "train.log_every=1", "train.lr=5e-4",
-        "train.image_decay_per_rms=null",  # SGRAF's image projection: not in this backbone
     ]  # fmt: skip
     config, _ = load_config("ugncl_synthetic", overrides)
     result = train(config, config_name="plug")
@@ -136,7 +135,7 @@ def test_setup_runs_once_and_its_products_resume(
         f"data.root={tiny_world}", f"run.out_dir={tmp_path}", "run.name=r", "data.dev_images=12",
         "train.batch_size=16", "train.eval_batch_size=12", "train.seed=4",
         "train.warmup_epochs=0", "train.epochs=2", "train.stop_after_epochs=1",
-        "model.backbone=meanpool", "method.name=frozen_weights", "train.image_decay_per_rms=null",
+        "model.backbone=meanpool", "method.name=frozen_weights",
     ]  # fmt: skip
     train_main = tool("train").main
     assert train_main(["--cfg", "ugncl_synthetic", "--set", *overrides]) == 0
