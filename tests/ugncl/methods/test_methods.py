@@ -381,3 +381,11 @@ def test_training_pass_division_refuses_its_own_batch_size() -> None:
         UGNCLMethod(division_pass="training", division_batch_size=64)
     with pytest.raises(ConfigError, match="division_lambda_min must be >= 1"):
         UGNCLMethod(division_lambda_min=0)
+
+
+@pytest.mark.parametrize("level", [0.0, 1.0, -0.1])
+def test_null_level_must_be_a_share(level) -> None:
+    from ugncl.framework.config import ConfigError
+
+    with pytest.raises(ConfigError, match="null_level must be in"):
+        UGNCLMethod(null_level=level)

@@ -48,6 +48,8 @@ __all__ = [
     "fused_log_evidence",
     "hard_soft_label",
     "normalised_uncertainty",
+    "null_soft_labels",
+    "null_threshold",
 ]
 
 # Set codes (paper S_C, S_N, S_H^C, S_H^N); UNVISITED marks samples no batch has covered.
@@ -306,6 +308,75 @@ def hard_soft_label(log_e: Tensor, rule: str = "projected", lam: int | None = No
     return torch.nan_to_num(torch.exp(diag - lse), nan=0.0)
 
 
+def null_soft_labels(log_e: Tensor, rule: str = "projected", lam: int | None = None) -> Tensor:
+    """Soft labels the batch's mismatched pairs would get as if each were a training pair.
+
+    Entry ``(i, j)``, ``j != i``, treats candidate ``j`` of row ``i`` as the diagonal and the
+    row's other candidates (without ``i`` and ``j``) as its rivals, under the same ``rule``
+    and ``lam`` as :func:`hard_soft_label`. A noisy pair's caption describes another image,
+    so before the model memorises it, its soft label is drawn from this distribution: the
+    null of the division's test (docs/methods/ugncl.md, "The division's null").
+
+    Args:
+        log_e: fused log evidence ``(K, K)``, ``K >= 3``.
+        rule, lam: as :func:`hard_soft_label` (``top_rival``'s ``lam`` clipped to
+            ``[1, K - 2]``, the rivals a mismatched pair has).
+
+    Returns:
+        ``(K * (K - 1),)`` soft labels in ``[0, 1]``.
+    """
+    if rule not in SOFT_LABELS:
+        raise ValueError(f"soft_label must be one of {SOFT_LABELS}, got {rule!r}")
+    K = log_e.shape[-1]
+    if K < 3:
+        raise ValueError(f"the null soft labels need K >= 3 (a pair and two rivals), got K={K}")
+    eye = torch.eye(K, dtype=torch.bool, device=log_e.device)
+    # (K, K - 1): each row's candidates without its own diagonal, sorted descending.
+    others = log_e.masked_select(~eye).view(K, K - 1)
+    ordered, _ = others.sort(dim=-1, descending=True)
+    if rule in ("mean_rival", "top_rival", "max_rival"):
+        if rule == "max_rival":
+            n = 1
+        elif rule == "mean_rival":
+            n = K - 2
+        else:
+            if lam is None:
+                raise ValueError("soft_label 'top_rival' needs lam (the number of rivals)")
+            n = max(1, min(int(lam), K - 2))
+        # Rivals of the j-th ranked candidate: the top n of the others, or the top n + 1
+        # without itself when it is one of them.
+        top = ordered[:, :n]
+        top_plus = ordered[:, : n + 1]
+        lse_n = torch.logsumexp(top, dim=-1, keepdim=True)  # (K, 1)
+        rank = torch.arange(K - 1, device=log_e.device)
+        inside = rank < n
+        # log(sum of the top n + 1 minus the candidate itself), exact in log space.
+        lse_plus = torch.logsumexp(top_plus, dim=-1, keepdim=True)
+        removed = lse_plus + torch.log1p(-torch.exp(ordered - lse_plus).clamp(max=1.0 - 1e-12))
+        rival = torch.where(inside, removed, lse_n) - math.log(n)
+        return torch.nan_to_num(torch.sigmoid(ordered - rival), nan=0.0).reshape(-1)
+    lse = torch.logsumexp(ordered, dim=-1, keepdim=True)
+    if rule == "belief":
+        lse = torch.logaddexp(lse, lse.new_full((), math.log(K - 1)))
+    return torch.nan_to_num(torch.exp(ordered - lse), nan=0.0).reshape(-1)
+
+
+def null_threshold(
+    log_e: Tensor, rule: str, lam: int | None, level: float, epsilon: float
+) -> Tensor:
+    """Hard-clean threshold of one batch: ``max(epsilon, q)``, ``q`` the ``1 - level``
+    quantile of :func:`null_soft_labels`.
+
+    A model that cannot yet rank gives every pair a soft label near 0.5, so ``y > epsilon``
+    passes about half the noisy pairs by the luck of their batch; requiring ``y`` above what
+    a mismatched pair reaches with probability ``level`` lets at most that share of the
+    unmemorised noisy pairs into hard-clean, at any evidence scale. Once the model ranks,
+    ``q`` falls below ``epsilon`` and the paper's threshold holds.
+    """
+    q = torch.quantile(null_soft_labels(log_e, rule, lam).double(), 1.0 - level)
+    return q.clamp(min=epsilon).to(log_e.dtype)
+
+
 @dataclass
 class BatchDivision:
     """Division of one batch of K pairs (all tensors ``(K,)``, on the scores' device).
@@ -338,6 +409,7 @@ def divide_batch(
     soft_label: str = "projected",
     lam: int | None = None,
     centring: ScoreCentring = "none",
+    null_level: float | None = None,
 ) -> BatchDivision:
     """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
 
@@ -358,6 +430,9 @@ def divide_batch(
         epsilon: soft-label threshold for hard pairs (paper: 0.5).
         soft_label: soft-label rule of hard pairs (:func:`hard_soft_label`).
         lam: rivals of the ``"top_rival"`` rule.
+        null_level: hard-clean also needs ``y`` above the ``1 - null_level`` quantile of the
+            batch's mismatched pairs' soft labels (:func:`null_threshold`); None: ``epsilon``
+            alone (paper).
         centring: ``"batch"`` centres each view's scores first
             (:func:`ugncl.methods.ugncl.evidential.centre_scores`) and normalises ``u`` by the
             batch of
@@ -379,10 +454,14 @@ def divide_batch(
         determined = u_bar < p
         matched = argmax == idx
         y = hard_soft_label(log_e, soft_label, lam)
+        threshold = (
+            log_e.new_tensor(epsilon) if null_level is None or log_e.shape[0] < 3
+            else null_threshold(log_e, soft_label, lam, null_level, epsilon)
+        )  # fmt: skip
         sets = torch.where(
             determined,
             torch.where(matched, CLEAN, NOISY),
-            torch.where(y > epsilon, HARD_CLEAN, HARD_NOISY),
+            torch.where(y > threshold, HARD_CLEAN, HARD_NOISY),
         ).long()
         label = torch.where(determined, matched.to(y.dtype), y)
     f32 = torch.float32

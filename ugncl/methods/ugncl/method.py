@@ -83,6 +83,11 @@ class UGNCLConfig:
     evidence_floor: str = "keep"
     p: float = 0.5  # uncertainty threshold of the division (Eq. 8)
     epsilon: float = 0.5  # hard-clean / hard-noisy threshold on the soft label
+    # Hard-clean also needs the soft label above the 1 - null_level quantile of the batch's
+    # mismatched pairs' soft labels (the null of a noisy pair not yet memorised): a model that
+    # cannot yet rank gives every pair y ~ 0.5, and y > epsilon alone passes half the noisy
+    # pairs by luck (docs/methods/ugncl.md, "The division's null"). null: epsilon alone (paper).
+    null_level: float | None = None
     # Soft label of hard pairs: top_rival (decision, docs/methods/ugncl.md: against the
     # lambda strongest rivals of Eq. 16's schedule) | mean_rival | max_rival | projected
     # (released b_ii / (1 - u)) | belief (paper b_ii).
@@ -239,6 +244,7 @@ class UGNCLMethod(Method):
         evidence_floor: str,
         p: float,
         epsilon: float,
+        null_level: float | None,
         soft_label: str,
         kl_weight: float,
         trl_weight: float | None,
@@ -273,6 +279,7 @@ class UGNCLMethod(Method):
         self.floor = evidence_floor
         self.p = p
         self.epsilon = epsilon
+        self.null_level = null_level
         self.soft_label = soft_label
         self.kl_weight = kl_weight
         self.trl_weight = trl_weight
@@ -317,6 +324,11 @@ class UGNCLMethod(Method):
             raise ConfigError(
                 f"method.ugncl.division_lambda_min must be >= 1 (rivals) or null, got "
                 f"{division_lambda_min}"
+            )
+        if null_level is not None and not 0.0 < null_level < 1.0:
+            raise ConfigError(
+                f"method.ugncl.null_level must be in (0, 1) or null, got {null_level}; 0.1 lets "
+                "at most a tenth of the unmemorised noisy pairs into hard-clean"
             )
         if division_pass == "training" and division_batch_size is not None:
             raise ConfigError(
@@ -451,6 +463,7 @@ class UGNCLMethod(Method):
             function=self.evidence,
             p=self.p,
             epsilon=self.epsilon,
+            null_level=self.null_level,
             soft_label=self.soft_label,
             lam=self._division_lambda(lam),
             centring=self.centring,

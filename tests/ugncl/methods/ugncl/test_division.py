@@ -298,3 +298,58 @@ def test_centred_division_is_shift_invariant_and_vacuous_at_equal_scores():
     assert not torch.equal(a0.sets, b0.sets)
     # A dominant diagonal lowers the centred u_bar below the vacuous 1.
     assert (a.u_bar < 1.0).all()
+
+
+@pytest.mark.parametrize("rule", ["top_rival", "mean_rival", "max_rival", "projected", "belief"])
+def test_null_soft_labels_score_each_mismatched_pair_as_if_it_were_the_diagonal(rule) -> None:
+    """Entry (i, j) of row i, its rivals the row without i and j: the same label
+    ``hard_soft_label`` gives a batch whose row holds only those candidates."""
+    from ugncl.methods.ugncl.division import hard_soft_label, null_soft_labels
+
+    g = torch.Generator().manual_seed(3)
+    K, lam = 7, 3
+    log_e = 3.0 * torch.randn(K, K, generator=g, dtype=torch.float64)
+    expected = []
+    for i, j in itertools.permutations(range(K), 2):
+        row = log_e[i, [j] + [k for k in range(K) if k not in (i, j)]]
+        # A (K - 1)-candidate batch whose row 0 is the null pair; the other rows never read.
+        batch = torch.zeros(K - 1, K - 1, dtype=torch.float64)
+        batch[0] = row
+        expected.append(hard_soft_label(batch, rule, lam)[0].item())
+    got = null_soft_labels(log_e, rule, lam)
+    assert got.shape == (K * (K - 1),)
+    assert np.allclose(np.sort(got.numpy()), np.sort(expected), atol=1e-12)
+    with pytest.raises(ValueError, match="K >= 3"):
+        null_soft_labels(log_e[:2, :2], rule, lam)
+
+
+def test_null_level_holds_back_the_lucky_pairs_of_a_model_that_cannot_rank() -> None:
+    """Random scores (a model that has learned nothing): y > 0.5 puts about half the pairs in
+    hard-clean; the null's 0.9 quantile lets a tenth to a fifth in (a diagonal's bidirectional
+    evidence is 2 e_ii, a mismatched entry's the sum of two different scores, so random
+    diagonals sit a little above the null here). A model that ranks every diagonal first
+    keeps every pair clean, as the paper's division does; the threshold never falls
+    below epsilon."""
+    from ugncl.methods.ugncl.division import fused_log_evidence, null_threshold
+
+    g = torch.Generator().manual_seed(0)
+    K, n = 32, 40
+    kw = dict(function="tanh", soft_label="top_rival", lam=K - 1)
+    plain = torch.zeros(n * K)
+    tested = torch.zeros(n * K)
+    for b in range(n):
+        raw = 0.05 * torch.randn(2, K, K, generator=g) - 1.0
+        plain[b * K : (b + 1) * K] = (divide_batch(raw, **kw).sets == HARD_CLEAN).float()
+        tested[b * K : (b + 1) * K] = (
+            divide_batch(raw, null_level=0.1, **kw).sets == HARD_CLEAN
+        ).float()
+    assert 0.3 < plain.mean().item() < 0.6
+    assert 0.05 < tested.mean().item() < 0.2
+    ranked = 0.3 * torch.randn(2, K, K, generator=g) - 1.0
+    ranked[:, torch.arange(K), torch.arange(K)] += 1.5
+    log_e = fused_log_evidence(ranked, function="tanh")
+    assert null_threshold(log_e, "top_rival", K - 1, 0.1, 0.5).item() > 0.5
+    assert null_threshold(log_e, "top_rival", K - 1, 0.1, 0.99).item() == pytest.approx(0.99)
+    paper = divide_batch(ranked, **kw).sets
+    assert ((paper == CLEAN) | (paper == HARD_CLEAN)).all()
+    assert torch.equal(paper, divide_batch(ranked, null_level=0.1, **kw).sets)
