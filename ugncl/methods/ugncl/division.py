@@ -373,7 +373,7 @@ def null_threshold(
     unmemorised noisy pairs into hard-clean, at any evidence scale. Once the model ranks,
     ``q`` falls below ``epsilon`` and the paper's threshold holds.
     """
-    q = torch.quantile(null_soft_labels(log_e, rule, lam).double(), 1.0 - level)
+    q = torch.quantile(null_soft_labels(log_e, rule, lam), 1.0 - level)
     return q.clamp(min=epsilon).to(log_e.dtype)
 
 
