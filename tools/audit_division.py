@@ -62,6 +62,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="read the features from this data root instead of the run's data.root (same "
         "dataset name and training captions)",
     )  # fmt: skip
+    parser.add_argument(
+        "--null-level", type=float, default=None, metavar="LEVEL",
+        help="divide with method.ugncl.null_level=LEVEL instead of the run's (the hard-clean "
+        "threshold from the batch's mismatched pairs, docs/methods/ugncl.md)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="batch order and fresh pairing")
     parser.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -135,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{run} trained method {config.method.name!r}; the division audit needs a UGNCL "
             "run (method.name: ugncl)"
         )
+    if args.null_level is not None:
+        ugncl = dataclasses.replace(config.method.ugncl, null_level=args.null_level)
+        config = dataclasses.replace(config, method=dataclasses.replace(config.method, ugncl=ugncl))
     data = open_run_data(config)
     if args.data_root is not None:
         data = _other_root(config, data, args.data_root)
@@ -154,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     result = audit_division(split, divide_pairs, seed=args.seed)
     header = {"run": str(run), "checkpoint": str(ckpt), "batch_size": K, "lambda": lam,
               "pairs": split.num_captions, "noisy": int((~split.clean).sum()),
-              "data_root": args.data_root or config.data.root}  # fmt: skip
+              "data_root": args.data_root or config.data.root,
+              "null_level": config.method.ugncl.null_level}  # fmt: skip
     if args.json:
         print(json.dumps({**header, **result}))
     else:
@@ -169,7 +178,8 @@ def _fmt(value: float | None) -> str:
 def _table(header: dict[str, Any], result: dict[str, Any]) -> str:
     lines = [
         f"division audit of {header['run']} ({Path(header['checkpoint']).name}, K "
-        f"{header['batch_size']}, lambda {header['lambda']}; {header['pairs']} pairs, "
+        f"{header['batch_size']}, lambda {header['lambda']}, null level {header['null_level']}; "
+        f"{header['pairs']} pairs, "
         f"{header['noisy']} noisy; features of {header['data_root']})",
         "                  noisy F1  precision  recall  noisy kept as clean",
     ]

@@ -41,6 +41,23 @@ def test_audit_divides_the_trained_and_the_fresh_pairs_of_the_run(tool, ugncl_ru
     assert "K 8" in table and "trained pairs" in table and "fresh noise" in table
 
 
+def test_audit_with_the_null_level_keeps_a_subset_as_hard_clean(tool, ugncl_run, capsys) -> None:
+    """--null-level: the threshold is max(epsilon, the null's quantile) >= epsilon, so no pair
+    is hard-clean with it that is not without it, trained or fresh."""
+    audit = tool("audit_division").main
+    assert audit([str(ugncl_run), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert audit([str(ugncl_run), "--json", "--null-level", "0.1"]) == 0
+    tested = json.loads(capsys.readouterr().out)
+    assert plain["null_level"] is None and tested["null_level"] == 0.1
+    for name in ("trained", "fresh"):
+        assert tested[name]["n_hard_clean"] <= plain[name]["n_hard_clean"]
+        assert tested[name]["noisy_kept"] <= plain[name]["noisy_kept"]
+    assert audit([str(ugncl_run), "--null-level", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: method.ugncl.null_level must be in (0, 1)")
+
+
 def test_audit_refuses_what_it_cannot_audit(tool, ugncl_run, tmp_path, capsys) -> None:
     audit = tool("audit_division").main
     assert audit([str(tmp_path / "missing")]) == 2
