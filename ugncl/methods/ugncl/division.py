@@ -256,6 +256,18 @@ def normalised_uncertainty(
 SOFT_LABELS = ("mean_rival", "top_rival", "max_rival", "projected", "belief")
 
 
+def _rival_count(rule: str, lam: int | None, available: int) -> int:
+    """How many of a pair's ``available`` rivals its rival rule averages: 1 (``max_rival``),
+    all (``mean_rival``), or ``lam`` clipped to ``[1, available]`` (``top_rival``)."""
+    if rule == "max_rival":
+        return 1
+    if rule == "mean_rival":
+        return available
+    if lam is None:
+        raise ValueError("soft_label 'top_rival' needs lam (the number of rivals)")
+    return max(1, min(int(lam), available))
+
+
 def hard_soft_label(log_e: Tensor, rule: str = "projected", lam: int | None = None) -> Tensor:
     """Soft label ``y_i`` of each pair from its fused log evidence ``(K, K)`` (Eqs. 10-11).
 
@@ -287,9 +299,8 @@ def hard_soft_label(log_e: Tensor, rule: str = "projected", lam: int | None = No
         raise ValueError(f"soft_label must be one of {SOFT_LABELS}, got {rule!r}")
     K = log_e.shape[-1]
     diag = torch.diagonal(log_e)
-    if rule == "top_rival" and lam is None:
-        raise ValueError("soft_label 'top_rival' needs lam (the number of rivals)")
     if rule in ("mean_rival", "top_rival", "max_rival"):
+        n = _rival_count(rule, lam, K - 1)
         if K == 1:
             return torch.ones_like(diag)
         eye = torch.eye(K, dtype=torch.bool, device=log_e.device)
@@ -297,7 +308,6 @@ def hard_soft_label(log_e: Tensor, rule: str = "projected", lam: int | None = No
         if rule == "max_rival":
             rival = rivals.max(dim=-1).values
         elif rule == "top_rival":
-            n = max(1, min(int(lam), K - 1))
             rival = torch.logsumexp(rivals.topk(n, dim=-1).values, dim=-1) - math.log(n)
         else:
             rival = torch.logsumexp(rivals, dim=-1) - math.log(K - 1)
@@ -335,14 +345,7 @@ def null_soft_labels(log_e: Tensor, rule: str = "projected", lam: int | None = N
     others = log_e.masked_select(~eye).view(K, K - 1)
     ordered, _ = others.sort(dim=-1, descending=True)
     if rule in ("mean_rival", "top_rival", "max_rival"):
-        if rule == "max_rival":
-            n = 1
-        elif rule == "mean_rival":
-            n = K - 2
-        else:
-            if lam is None:
-                raise ValueError("soft_label 'top_rival' needs lam (the number of rivals)")
-            n = max(1, min(int(lam), K - 2))
+        n = _rival_count(rule, lam, K - 2)
         # Rivals of the j-th ranked candidate: the top n of the others, or the top n + 1
         # without itself when it is one of them.
         top = ordered[:, :n]
@@ -457,6 +460,7 @@ def divide_batch(
         determined = u_bar < p
         matched = argmax == idx
         y = hard_soft_label(log_e, soft_label, lam)
+        # A batch of fewer than 3 pairs (an epoch's short tail) has no null to draw from.
         threshold = (
             log_e.new_tensor(epsilon) if null_level is None or log_e.shape[0] < 3
             else null_threshold(log_e, soft_label, lam, null_level, epsilon)

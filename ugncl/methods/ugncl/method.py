@@ -330,7 +330,7 @@ class UGNCLMethod(Method):
         if null_level is not None and not 0.0 < null_level < 1.0:
             raise ConfigError(
                 f"method.ugncl.null_level must be in (0, 1) or null, got {null_level}; 0.1 lets "
-                "at most a tenth of the unmemorised noisy pairs into hard-clean"
+                "about a tenth of the unmemorised noisy pairs into hard-clean"
             )
         if division_pass == "training" and division_batch_size is not None:
             raise ConfigError(
