@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+import numpy as np
 from torch import Tensor, nn
 
 from ugncl.framework.data import PairBatch
-from ugncl.framework.engine.context import StepContext
+from ugncl.framework.engine.context import MethodContext, StepContext
 from ugncl.methods.base import Method, section_defaults
 from ugncl.methods.ugncl.losses import triplet_objective
 
@@ -16,8 +18,15 @@ from ugncl.methods.ugncl.losses import triplet_objective
 class TripletConfig:
     """Plain SGRAF training with the VSE++ hinge (``method.triplet``)."""
 
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"train_pairs": ("all", "clean")}
+
     margin: float = 0.2
     max_violation: bool = True
+    # all: every training pair, as the noise file pairs them (the baseline). clean: only the
+    # pairs the noise file keeps correct, an oracle that reads the truth: the ceiling of a
+    # perfect sample selection with this model and schedule, not a method
+    # (docs/research/ugncl-generalisation.md, "The clean-pairs oracle").
+    train_pairs: str = "all"
 
 
 def sigmoid_hinge_error(what: str, model: nn.Module) -> str | None:
@@ -49,10 +58,19 @@ class TripletMethod(Method):
     name = "triplet"
 
     @section_defaults(TripletConfig)
-    def __init__(self, *, margin: float, max_violation: bool, eval_score: str = "sigmoid") -> None:
+    def __init__(
+        self, *, margin: float, max_violation: bool, train_pairs: str, eval_score: str = "sigmoid"
+    ) -> None:
         super().__init__(eval_score=eval_score)
         self.margin = margin
         self.max_violation = max_violation
+        self.train_pairs = train_pairs
+
+    def epoch_samples(self, ctx: MethodContext, epoch: int) -> np.ndarray | None:
+        """``train_pairs: clean``: the pairs the noise file keeps correct (the truth)."""
+        if self.train_pairs == "clean":
+            return np.flatnonzero(ctx.clean)
+        return None
 
     def backbone_error(self, model: nn.Module) -> str | None:
         return sigmoid_hinge_error("method triplet", model)

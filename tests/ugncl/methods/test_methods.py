@@ -389,3 +389,21 @@ def test_null_level_must_be_a_share(level) -> None:
 
     with pytest.raises(ConfigError, match="null_level must be in"):
         UGNCLMethod(null_level=level)
+
+
+def test_clean_pairs_oracle_visits_only_the_pairs_the_truth_keeps(tmp_path) -> None:
+    clean = torch.tensor([True, False, True, True, False, False]).numpy()
+    model, _ = tiny_batch()
+    context = method_context(tmp_path, model=model, clean=clean, batches=None, batch_size=2)
+    oracle = TripletMethod(margin=0.2, max_violation=True, train_pairs="clean")
+    assert oracle.epoch_samples(context, 0).tolist() == [0, 2, 3]
+    assert TripletMethod(margin=0.2, max_violation=True).epoch_samples(context, 0) is None
+
+
+def test_clean_pairs_oracle_is_a_named_choice() -> None:
+    from ugncl.framework.config import ConfigError, load_config
+
+    config, _ = load_config("triplet_synthetic", ["method.triplet.train_pairs=clean"])
+    assert config.method.triplet.train_pairs == "clean"
+    with pytest.raises(ConfigError, match="train_pairs"):
+        load_config("triplet_synthetic", ["method.triplet.train_pairs=truth"])

@@ -41,7 +41,9 @@ class MethodContext:
         warmup_epochs: number of warm-up epochs (epochs ``0 .. warmup_epochs - 1``).
         batch_size: the training batch size.
         num_samples: N, training samples (captions).
-        clean: (N,) bool ground truth, for noise-detection records only.
+        clean: (N,) bool ground truth, for noise-detection records and the diagnostic
+            oracles only (``method.ugncl.division_source: truth``,
+            ``method.triplet.train_pairs: clean``).
         recorder: the run's ``metrics.jsonl`` writer.
         batches: ``batches(epoch, batch_size, stream, indices=None)`` -> a full pass over the
             training samples (or ``indices``) in the seeded order of (epoch, stream), every
