@@ -13,6 +13,11 @@ Flickr30K, MS-COCO, CC152K).
 training captions, e.g. the run's synthetic world with every image's nuisance vector drawn
 anew (``tools/make_synthetic.py --redraw-nuisance SRC --out DIR``): the noisy pairs kept
 there no more are those learnt through their image's identity.
+
+``--draws R`` also gives the soft labels of the trained pairs over R batch orders: their
+ROC-AUC (clean vs noisy) in one order and averaged over the R, and the clean share of the
+top-ranked pairs (as many as are clean). An average that separates no better than one order
+says the division's errors are the pairs' (the model's scores), not their batches'.
 """
 
 from __future__ import annotations
@@ -35,7 +40,12 @@ from ugncl.framework.config import ConfigError
 from ugncl.framework.engine.checkpoint import load_checkpoint
 from ugncl.framework.engine.device import select_device
 from ugncl.framework.training import load_resume_config
-from ugncl.methods.ugncl.division_audit import audit_division, divide_split
+from ugncl.methods.ugncl.division_audit import (
+    audit_division,
+    divide_split,
+    label_separation,
+    soft_labels_split,
+)
 
 __all__ = ["main"]
 
@@ -66,6 +76,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--null-level", type=float, default=None, metavar="LEVEL",
         help="divide with method.ugncl.null_level=LEVEL instead of the run's (the hard-clean "
         "threshold from the batch's mismatched pairs, docs/methods/ugncl.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--draws", type=int, default=None, metavar="R",
+        help="also rank the trained pairs by their soft labels in R batch orders (seeds SEED "
+        "to SEED + R - 1): ROC-AUC of one order and of the mean",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="batch order and fresh pairing")
     parser.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N")
@@ -128,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.batch_size is not None and args.batch_size < 2:
         raise ConfigError(f"--batch-size must be >= 2 (a pair and a rival), got {args.batch_size}")
+    if args.draws is not None and args.draws < 1:
+        raise ConfigError(f"--draws must be >= 1 (batch orders to average), got {args.draws}")
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
@@ -160,6 +177,15 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=K, seed=args.seed, device=device,
     )  # fmt: skip
     result = audit_division(split, divide_pairs, seed=args.seed)
+    if args.draws is not None:
+        labels = functools.partial(
+            soft_labels_split, model,
+            lambda raw: method.divide(model.unit_scores(raw), lam).soft_label, split,
+            batch_size=K, device=device,
+        )  # fmt: skip
+        result["soft_labels"] = label_separation(
+            lambda seed: labels(seed=seed), split.clean, draws=args.draws, seed=args.seed
+        )
     header = {"run": str(run), "checkpoint": str(ckpt), "batch_size": K, "lambda": lam,
               "pairs": split.num_captions, "noisy": int((~split.clean).sum()),
               "data_root": args.data_root or config.data.root,
@@ -191,6 +217,14 @@ def _table(header: dict[str, Any], result: dict[str, Any]) -> str:
         )
     lines.append(f"  memorised: {_fmt(result['memorised']).strip()} of the noisy pairs kept as "
                  "clean as trained, not when fresh")  # fmt: skip
+    labels = result.get("soft_labels")
+    if labels is not None:
+        lines.append(
+            f"  soft labels of the trained pairs, ROC-AUC clean vs noisy: one batch order "
+            f"{_fmt(labels['auc_one_order']).strip()}, mean of {labels['draws']} "
+            f"{_fmt(labels['auc_mean']).strip()}; clean share of the top-ranked "
+            f"{_fmt(labels['top_clean_share']).strip()}"
+        )
     return "\n".join(lines)
 
 

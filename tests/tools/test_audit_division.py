@@ -41,6 +41,19 @@ def test_audit_divides_the_trained_and_the_fresh_pairs_of_the_run(tool, ugncl_ru
     assert "K 8" in table and "trained pairs" in table and "fresh noise" in table
 
 
+def test_audit_ranks_the_soft_labels_over_batch_orders(tool, ugncl_run, capsys) -> None:
+    audit = tool("audit_division").main
+    assert audit([str(ugncl_run), "--json", "--draws", "2"]) == 0
+    labels = json.loads(capsys.readouterr().out)["soft_labels"]
+    assert labels["draws"] == 2
+    for key in ("auc_one_order", "auc_mean", "top_clean_share"):
+        assert 0.0 <= labels[key] <= 1.0
+    assert audit([str(ugncl_run), "--draws", "1"]) == 0
+    assert "soft labels of the trained pairs, ROC-AUC" in capsys.readouterr().out
+    assert audit([str(ugncl_run), "--draws", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: --draws must be >= 1")
+
+
 def test_audit_with_the_null_level_keeps_a_subset_as_hard_clean(tool, ugncl_run, capsys) -> None:
     """--null-level: the threshold is max(epsilon, the null's quantile) >= epsilon, so no pair
     is hard-clean with it that is not without it, trained or fresh."""

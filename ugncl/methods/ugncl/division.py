@@ -371,7 +371,7 @@ def null_threshold(
     quantile of :func:`null_soft_labels`.
 
     A model that cannot yet rank gives every pair a soft label near 0.5, so ``y > epsilon``
-    passes about half the noisy pairs by the luck of their batch; requiring ``y`` above what
+    passes about half the noisy pairs; requiring ``y`` above what
     a mismatched pair reaches with probability ``level`` lets about that share of the
     unmemorised noisy pairs into hard-clean, at any evidence scale (10-12% at 0.1 on the
     default world, docs/methods/ugncl.md). Where the mismatched pairs' labels fall below

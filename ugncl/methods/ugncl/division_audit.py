@@ -13,6 +13,9 @@ The fresh noisy pairs are as wrong as the trained ones but unseen, so the noise-
 on them is what the model's generalisation allows; the share of noisy pairs the division keeps
 as clean rises from fresh to trained by what the model memorised. ``tools/audit_division.py``
 runs it on a run directory.
+
+:func:`label_separation` asks a second question of the same model: are the division's errors
+the pairs' own or their batches' (the rivals a batch happens to hold)?
 """
 
 from __future__ import annotations
@@ -28,9 +31,17 @@ from precomputed.dataset import PrecomputedSplit
 from ugncl.backbones.sgraf.data import PrecomputedTrainingData
 from ugncl.framework.engine.sampling import batch_indices, epoch_order
 from ugncl.framework.evaluation import eval_mode
+from ugncl.methods.noise_detection import weight_quality
 from ugncl.methods.ugncl.division import division_quality
 
-__all__ = ["audit_division", "divide_split", "fresh_noisy_index", "kept_as_clean"]
+__all__ = [
+    "audit_division",
+    "divide_split",
+    "fresh_noisy_index",
+    "kept_as_clean",
+    "label_separation",
+    "soft_labels_split",
+]
 
 
 def fresh_noisy_index(true_image: np.ndarray, image_index: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -95,15 +106,81 @@ def divide_split(
         seed: of the batch order; the same seed gives the same batches for any pairing.
         device: where the model runs.
     """
+    return _per_pair(model, divide, split, batch_size, seed, device, np.int64, -1)
+
+
+def soft_labels_split(
+    model: nn.Module,
+    label: Callable[[Tensor], Tensor],
+    split: PrecomputedSplit,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> np.ndarray:
+    """Soft labels ``(N,)`` of every pair of ``split`` (as :func:`divide_split`, with
+    ``label``: raw ``(W, K, K)`` -> the division's soft labels ``(K,)``)."""
+    return _per_pair(model, label, split, batch_size, seed, device, np.float64, np.nan)
+
+
+def _per_pair(
+    model: nn.Module,
+    fn: Callable[[Tensor], Tensor],
+    split: PrecomputedSplit,
+    batch_size: int,
+    seed: int,
+    device: torch.device | str,
+    dtype: type,
+    fill: float,
+) -> np.ndarray:
+    # fn of each seeded batch's raw scores (eval mode), scattered back to dataset order.
     data = PrecomputedTrainingData(split)
     order = epoch_order(data.num_samples, seed, 0)
-    sets = np.full(data.num_samples, -1, dtype=np.int64)
+    out = np.full(data.num_samples, fill, dtype=dtype)
     with eval_mode(model):
         for idx in batch_indices(order, batch_size, drop_last=False):
             batch = data.collate([data.dataset[i] for i in idx]).to(device)
             raw = model(batch.images, batch.captions, batch.lengths).float()
-            sets[np.asarray(idx)] = divide(raw).cpu().numpy()
-    return sets
+            out[np.asarray(idx)] = fn(raw).detach().cpu().numpy()
+    return out
+
+
+def label_separation(
+    labels: Callable[[int], np.ndarray], clean: np.ndarray, *, draws: int, seed: int = 0
+) -> dict[str, Any]:
+    """How well the division's soft labels separate clean from noisy pairs, and whether that
+    is the pairs' or their batches' doing.
+
+    A pair's soft label depends on the rivals its batch happens to hold. If the division's
+    errors came from unlucky batches, averaging the labels of several batch orders would
+    separate the pairs better; if they are the pairs' own (the model scores a mismatched
+    pair high whatever its rivals), the average separates them no better than one order.
+
+    Args:
+        labels: batch-order seed -> soft labels ``(N,)`` (e.g. :func:`soft_labels_split`).
+        clean: ``(N,)`` bool ground truth.
+        draws: batch orders, seeds ``seed .. seed + draws - 1``; ``>= 1``.
+        seed: the first order's seed.
+
+    Returns:
+        ``draws``; ``auc_one_order`` and ``auc_mean``: ROC-AUC (clean vs noisy) of the first
+        order's labels and of the mean over the orders; ``top_clean_share``: the share of
+        clean pairs among the as many pairs as are clean with the highest mean label (the
+        precision of a division told the noise ratio). None where a class is absent.
+    """
+    if draws < 1:
+        raise ValueError(f"draws must be >= 1 (batch orders to average), got {draws}")
+    clean = np.asarray(clean, dtype=bool)
+    ys = np.stack([labels(seed + r) for r in range(draws)])
+    mean = ys.mean(axis=0)
+    n_clean = int(clean.sum())
+    top = np.argsort(-mean, kind="stable")[:n_clean]
+    return {
+        "draws": draws,
+        "auc_one_order": weight_quality(ys[0], clean)["weight_auc"],
+        "auc_mean": weight_quality(mean, clean)["weight_auc"],
+        "top_clean_share": float(clean[top].mean()) if 0 < n_clean < len(clean) else None,
+    }
 
 
 def kept_as_clean(sets: np.ndarray, clean: np.ndarray) -> float | None:

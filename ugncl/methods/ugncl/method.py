@@ -86,7 +86,7 @@ class UGNCLConfig:
     # Hard-clean also needs the soft label above the 1 - null_level quantile of the batch's
     # mismatched pairs' soft labels (the null of a noisy pair not yet memorised): a model that
     # cannot yet rank gives every pair y ~ 0.5, and y > epsilon alone passes half the noisy
-    # pairs by luck. null: epsilon alone (paper; default). 0.1 was measured, not adopted: a
+    # pairs. null: epsilon alone (paper; default). 0.1 was measured, not adopted: a
     # purer first division, and a slower take-off where the model learns slowly
     # (docs/methods/ugncl.md, "The division's null").
     null_level: float | None = None

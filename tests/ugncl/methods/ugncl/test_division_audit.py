@@ -18,6 +18,7 @@ from ugncl.methods.ugncl.division_audit import (
     divide_split,
     fresh_noisy_index,
     kept_as_clean,
+    label_separation,
 )
 
 N_IMG, CPI = 12, 2
@@ -110,3 +111,26 @@ def test_kept_as_clean_counts_both_clean_sets_over_the_noisy_pairs() -> None:
     clean = np.array([False, False, False, False, True])
     assert kept_as_clean(sets, clean) == 0.5
     assert kept_as_clean(sets, np.ones(5, dtype=bool)) is None
+
+
+def test_label_separation_tells_the_pairs_errors_from_their_batches() -> None:
+    rng = np.random.default_rng(0)
+    clean = rng.random(400) < 0.3
+    own = np.where(clean, 0.6, 0.4) + rng.normal(0, 0.3, 400)  # the pair's own score
+
+    def by_pair(seed: int) -> np.ndarray:  # the same label in every batch order
+        return own
+
+    def by_batch(seed: int) -> np.ndarray:  # the batch's luck, drawn anew per order
+        return own + np.random.default_rng(seed).normal(0, 0.6, 400)
+
+    fixed = label_separation(by_pair, clean, draws=4)
+    assert fixed["draws"] == 4
+    assert fixed["auc_mean"] == pytest.approx(fixed["auc_one_order"])
+    luck = label_separation(by_batch, clean, draws=8)
+    assert luck["auc_mean"] > luck["auc_one_order"] + 0.05
+    assert 0.3 < fixed["top_clean_share"] <= 1.0
+    perfect = label_separation(lambda seed: clean.astype(float), clean, draws=1)
+    assert perfect["auc_one_order"] == 1.0 and perfect["top_clean_share"] == 1.0
+    with pytest.raises(ValueError, match="draws must be >= 1"):
+        label_separation(by_pair, clean, draws=0)
