@@ -158,6 +158,15 @@ def test_mean_row_and_measured_noise_ratio(runs) -> None:
     assert wall_seconds([{"event": "resume", "time": 5.0}, {"event": "val", "time": 7.0}]) == 2.0
 
 
+def test_the_clean_pairs_oracle_is_not_labelled_the_plain_baseline() -> None:
+    records = [{"event": "test", "epoch": 1, "step": 5, "rsum": 10.0}]
+    config = _config("triplet", "sgraf", "synth", 0.5, 0)
+    assert summarize_run("a", config, records)["method"] == "triplet"
+    config["method"]["triplet"] = {"train_pairs": "clean"}
+    row = summarize_run("a", config, records)
+    assert row["method"] == row["variant"] == "triplet_clean_pairs"
+
+
 @pytest.mark.parametrize(
     "which, expected",
     [

@@ -44,6 +44,7 @@ __all__ = [
     "format_table",
     "grid_run_name",
     "mean_row",
+    "method_label",
     "read_run",
     "run_labels",
     "summarize_run",
@@ -215,8 +216,8 @@ def summarize_run(
     wall, epochs = wall_seconds(records), epochs_trained(records)
     return {
         "run": name,
-        "method": config.get("method", {}).get("name"),
-        "variant": config.get("method", {}).get("name"),  # a grid names its variants
+        "method": method_label(config),
+        "variant": method_label(config),  # a grid names its variants
         "backbone": config.get("model", {}).get("backbone"),
         "dataset": config.get("data", {}).get("name"),
         "noise_ratio": _noise_ratio(config, setup),
@@ -233,6 +234,17 @@ def summarize_run(
         "cost_ratio": None,  # filled by add_cost_ratio over a whole table
         "noise_sha256": (setup.get("noise_sha256") or "")[:SHA_CHARS] or None,
     }
+
+
+def method_label(config: dict[str, Any]) -> str | None:
+    """The method column of a run's config tree: ``method.name``, or ``triplet_clean_pairs``
+    for the clean-pairs oracle (``method.triplet.train_pairs: clean``), which reads the noise
+    file's truth and must neither pass for the plain baseline nor be its cost reference."""
+    method = config.get("method", {})
+    name = method.get("name")
+    if name == "triplet" and (method.get("triplet") or {}).get("train_pairs") == "clean":
+        return "triplet_clean_pairs"
+    return name
 
 
 def epochs_trained(records: Sequence[dict[str, Any]]) -> int:
