@@ -165,6 +165,9 @@ def test_the_clean_pairs_oracle_is_not_labelled_the_plain_baseline() -> None:
     config["method"]["triplet"] = {"train_pairs": "clean"}
     row = summarize_run("a", config, records)
     assert row["method"] == row["variant"] == "triplet_clean_pairs"
+    clip = _config("clip", "clip", "synth", 0.5, 0)
+    clip["method"]["clip"] = {"train_pairs": "clean"}
+    assert summarize_run("a", clip, records)["method"] == "clip_clean_pairs"
 
 
 @pytest.mark.parametrize(

@@ -237,13 +237,14 @@ def summarize_run(
 
 
 def method_label(config: dict[str, Any]) -> str | None:
-    """The method column of a run's config tree: ``method.name``, or ``triplet_clean_pairs``
-    for the clean-pairs oracle (``method.triplet.train_pairs: clean``), which reads the noise
-    file's truth and must neither pass for the plain baseline nor be its cost reference."""
+    """The method column of a run's config tree: ``method.name``, or ``<name>_clean_pairs``
+    for a clean-pairs oracle (``method.triplet.train_pairs: clean``, ``method.clip...``),
+    which reads the noise file's truth and must neither pass for the plain baseline nor be
+    its cost reference."""
     method = config.get("method", {})
     name = method.get("name")
-    if name == "triplet" and (method.get("triplet") or {}).get("train_pairs") == "clean":
-        return "triplet_clean_pairs"
+    if (method.get(name) or {}).get("train_pairs") == "clean":
+        return f"{name}_clean_pairs"
     return name
 
 

@@ -15,7 +15,14 @@ from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import MethodContext, StepContext
 from ugncl.framework.evaluation import view_reducer
 
-__all__ = ["Method", "MethodContext", "StepContext", "section_defaults"]
+__all__ = [
+    "TRAIN_PAIRS",
+    "Method",
+    "MethodContext",
+    "StepContext",
+    "section_defaults",
+    "train_pair_samples",
+]
 
 
 def section_defaults(section: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -47,6 +54,20 @@ def section_defaults(section: type) -> Callable[[Callable[..., None]], Callable[
         return init_with_defaults
 
     return wrap
+
+
+# ``train_pairs`` of the plain baselines (``method.triplet``, ``method.clip``): all = every
+# training pair as the noise file pairs them; clean = the clean-pairs oracle.
+TRAIN_PAIRS = ("all", "clean")
+
+
+def train_pair_samples(train_pairs: str, ctx: MethodContext) -> np.ndarray | None:
+    """The samples a plain baseline's epoch visits: None (every pair) for ``all``; for
+    ``clean`` the pairs the noise file keeps correct (``ctx.clean``, the truth): the clean-pairs
+    oracle, the ceiling of a perfect sample selection on the same split and schedule."""
+    if train_pairs == "clean":
+        return np.flatnonzero(ctx.clean)
+    return None
 
 
 class Method(nn.Module):

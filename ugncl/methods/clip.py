@@ -12,12 +12,14 @@ are ``train.*`` keys of the configs, not of the method.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+import numpy as np
 from torch import Tensor, nn
 
 from ugncl.framework.data import PairBatch
-from ugncl.framework.engine.context import StepContext
-from ugncl.methods.base import Method
+from ugncl.framework.engine.context import MethodContext, StepContext
+from ugncl.methods.base import TRAIN_PAIRS, Method, section_defaults, train_pair_samples
 from ugncl.methods.infonce import info_nce_per_sample
 
 __all__ = ["CLIPMethod", "CLIPMethodConfig"]
@@ -25,7 +27,13 @@ __all__ = ["CLIPMethod", "CLIPMethodConfig"]
 
 @dataclass
 class CLIPMethodConfig:
-    """``method.clip``: plain InfoNCE has no options of its own."""
+    """``method.clip``: plain InfoNCE; its one option picks the pairs it trains on."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"train_pairs": TRAIN_PAIRS}
+
+    # all: every training pair (the baseline). clean: only the pairs the noise file keeps
+    # correct, an oracle that reads the truth (as method.triplet.train_pairs).
+    train_pairs: str = "all"
 
 
 class CLIPMethod(Method):
@@ -34,8 +42,13 @@ class CLIPMethod(Method):
     name = "clip"
     nonfinite_hint = "Lower train.lr or use train.amp=bf16/off (fp16 logits overflow)."
 
-    def __init__(self, *, eval_score: str = "raw") -> None:
+    @section_defaults(CLIPMethodConfig)
+    def __init__(self, *, train_pairs: str, eval_score: str = "raw") -> None:
         super().__init__(eval_score=eval_score)
+        self.train_pairs = train_pairs
+
+    def epoch_samples(self, ctx: MethodContext, epoch: int) -> np.ndarray | None:
+        return train_pair_samples(self.train_pairs, ctx)
 
     def backbone_error(self, model: nn.Module) -> str | None:
         # InfoNCE needs one score per pair. On SGRAF (W = 1) it reads the similarity head's

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ugncl.framework.data import PairBatch
 from ugncl.framework.engine.context import MethodContext, StepContext
-from ugncl.methods.base import Method, section_defaults
+from ugncl.methods.base import TRAIN_PAIRS, Method, section_defaults, train_pair_samples
 from ugncl.methods.ugncl.losses import triplet_objective
 
 
@@ -18,7 +18,7 @@ from ugncl.methods.ugncl.losses import triplet_objective
 class TripletConfig:
     """Plain SGRAF training with the VSE++ hinge (``method.triplet``)."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"train_pairs": ("all", "clean")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"train_pairs": TRAIN_PAIRS}
 
     margin: float = 0.2
     max_violation: bool = True
@@ -67,10 +67,7 @@ class TripletMethod(Method):
         self.train_pairs = train_pairs
 
     def epoch_samples(self, ctx: MethodContext, epoch: int) -> np.ndarray | None:
-        """``train_pairs: clean``: the pairs the noise file keeps correct (the truth)."""
-        if self.train_pairs == "clean":
-            return np.flatnonzero(ctx.clean)
-        return None
+        return train_pair_samples(self.train_pairs, ctx)
 
     def backbone_error(self, model: nn.Module) -> str | None:
         return sigmoid_hinge_error("method triplet", model)

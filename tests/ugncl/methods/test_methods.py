@@ -9,7 +9,7 @@ import torch
 
 from sgraf.model import SGRAF
 from ugncl.framework.data import PairBatch
-from ugncl.methods import METHODS, StepContext, TripletMethod, UGNCLMethod
+from ugncl.methods import METHODS, CLIPMethod, StepContext, TripletMethod, UGNCLMethod
 from ugncl.methods.ugncl.losses import triplet_objective
 
 
@@ -395,15 +395,20 @@ def test_clean_pairs_oracle_visits_only_the_pairs_the_truth_keeps(tmp_path) -> N
     clean = torch.tensor([True, False, True, True, False, False]).numpy()
     model, _ = tiny_batch()
     context = method_context(tmp_path, model=model, clean=clean, batches=None, batch_size=2)
-    oracle = TripletMethod(margin=0.2, max_violation=True, train_pairs="clean")
-    assert oracle.epoch_samples(context, 0).tolist() == [0, 2, 3]
-    assert TripletMethod(margin=0.2, max_violation=True).epoch_samples(context, 0) is None
+    for oracle, plain in (
+        (TripletMethod(margin=0.2, max_violation=True, train_pairs="clean"),
+         TripletMethod(margin=0.2, max_violation=True)),
+        (CLIPMethod(train_pairs="clean"), CLIPMethod()),
+    ):  # fmt: skip
+        assert oracle.epoch_samples(context, 0).tolist() == [0, 2, 3]
+        assert plain.epoch_samples(context, 0) is None
 
 
 def test_clean_pairs_oracle_is_a_named_choice() -> None:
     from ugncl.framework.config import ConfigError, load_config
 
-    config, _ = load_config("triplet_synthetic", ["method.triplet.train_pairs=clean"])
-    assert config.method.triplet.train_pairs == "clean"
-    with pytest.raises(ConfigError, match="train_pairs"):
-        load_config("triplet_synthetic", ["method.triplet.train_pairs=truth"])
+    for name in ("triplet", "clip"):
+        config, _ = load_config(f"{name}_synthetic", [f"method.{name}.train_pairs=clean"])
+        assert getattr(config.method, name).train_pairs == "clean"
+        with pytest.raises(ConfigError, match="train_pairs"):
+            load_config(f"{name}_synthetic", [f"method.{name}.train_pairs=truth"])
