@@ -109,6 +109,15 @@ def test_clip_trains_evaluates_and_resumes_exactly(run_clip, tool, tmp_path: Pat
         torch.testing.assert_close(tensor, other["model"][name], rtol=1e-5, atol=1e-6)
 
 
+def test_the_clean_pairs_oracle_trains_on_the_correct_pairs_only(run_clip, tmp_path) -> None:
+    assert run_clip("oracle", "train.epochs=1", "method.clip.train_pairs=clean") == 0
+    records = read_metrics(tmp_path / "oracle")
+    setup = next(r for r in records if r["event"] == "setup")
+    clean = setup["n_train_captions"] - setup["n_noisy"]
+    train = [r for r in records if r["event"] == "train"]
+    assert 8 <= clean < 40 and train[-1]["step"] == clean // 8  # batches of 8, tail dropped
+
+
 def test_one_noise_file_gives_one_sha256_in_both_setup_records(
     run_clip, tool, clip_world: Path, tmp_path: Path, tiny_model: list[str]
 ) -> None:
