@@ -29,6 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from precomputed.dataset import PrecomputedSplit
@@ -40,6 +41,7 @@ from ugncl.framework.config import ConfigError
 from ugncl.framework.engine.checkpoint import load_checkpoint
 from ugncl.framework.engine.device import select_device
 from ugncl.framework.training import load_resume_config
+from ugncl.methods.ugncl.division import BatchDivision
 from ugncl.methods.ugncl.division_audit import (
     audit_division,
     divide_split,
@@ -172,19 +174,29 @@ def main(argv: list[str] | None = None) -> int:
     method.load_state_dict(state["method_state"])  # lambda_clock: division reads its start
     K = args.batch_size or config.train.batch_size
     lam = method.hardness(K, int(state.get("global_step", 0)))
+
+    def divide(raw: torch.Tensor) -> BatchDivision:
+        return method.divide(model.unit_scores(raw), lam)
+
     divide_pairs = functools.partial(
-        divide_split, model, lambda raw: method.divide(model.unit_scores(raw), lam).sets,
-        batch_size=K, seed=args.seed, device=device,
+        divide_split, model, lambda raw: divide(raw).sets, batch_size=K, seed=args.seed,
+        device=device,
     )  # fmt: skip
     result = audit_division(split, divide_pairs, seed=args.seed)
     if args.draws is not None:
-        labels = functools.partial(
-            soft_labels_split, model,
-            lambda raw: method.divide(model.unit_scores(raw), lam).soft_label, split,
-            batch_size=K, device=device,
-        )  # fmt: skip
+
+        def labels(seed: int) -> np.ndarray:
+            return soft_labels_split(
+                model,
+                lambda raw: divide(raw).soft_label,
+                split,
+                batch_size=K,
+                seed=seed,
+                device=device,
+            )
+
         result["soft_labels"] = label_separation(
-            lambda seed: labels(seed=seed), split.clean, draws=args.draws, seed=args.seed
+            labels, split.clean, draws=args.draws, seed=args.seed
         )
     header = {"run": str(run), "checkpoint": str(ckpt), "batch_size": K, "lambda": lam,
               "pairs": split.num_captions, "noisy": int((~split.clean).sum()),

@@ -371,10 +371,10 @@ def null_threshold(
     quantile of :func:`null_soft_labels`.
 
     A model that cannot yet rank gives every pair a soft label near 0.5, so ``y > epsilon``
-    passes about half the noisy pairs; requiring ``y`` above what
-    a mismatched pair reaches with probability ``level`` lets about that share of the
-    unmemorised noisy pairs into hard-clean, at any evidence scale (10-12% at 0.1 on the
-    default world, docs/methods/ugncl.md). Where the mismatched pairs' labels fall below
+    passes about half the noisy pairs; requiring ``y`` above what a mismatched pair reaches
+    with probability ``level`` lets about that share of the unmemorised noisy pairs into
+    hard-clean, at any evidence scale (10-12% at 0.1 on the default world,
+    docs/methods/ugncl.md). Where the mismatched pairs' labels fall below
     ``epsilon`` (small ``lam``, a model that separates them), the paper's threshold holds;
     against the mean of many rivals the top tenth of a row's mismatched pairs stays above 0.5
     even for a model that ranks every diagonal first.
