@@ -14,6 +14,11 @@ training captions, e.g. the run's synthetic world with every image's nuisance ve
 anew (``tools/make_synthetic.py --redraw-nuisance SRC --out DIR``): the noisy pairs kept
 there no more are those learnt through their image's identity.
 
+``--places`` (a synthetic world only) breaks the trained pairs' division down by the place
+their caption names: the paired image's, another, or none
+(:mod:`precomputed.synthetic.places`). A model that keeps nearly every noisy pair whose caption
+names its image's place, and few others, divides by the place word alone.
+
 ``--draws R`` also gives the soft labels of the trained pairs over R batch orders: their
 ROC-AUC (clean vs noisy) in one order and averaged over the R, and the clean share of the
 top-ranked pairs (as many as are clean). An average that separates no better than one order
@@ -35,6 +40,7 @@ import torch
 from precomputed.dataset import PrecomputedSplit
 from precomputed.errors import UserError
 from precomputed.noise import load_noise_index
+from precomputed.synthetic.places import PLACE_CLAIM_NAMES, read_place_claims
 from ugncl.framework.build import build_method, model_from_checkpoint, open_run_data
 from ugncl.framework.cli import cli_main
 from ugncl.framework.config import ConfigError
@@ -83,6 +89,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--draws", type=int, default=None, metavar="R",
         help="also rank the trained pairs by their soft labels in R batch orders (seeds SEED "
         "to SEED + R - 1): ROC-AUC of one order and of the mean",
+    )  # fmt: skip
+    parser.add_argument(
+        "--places", action="store_true",
+        help="break the division down by the place the caption names (synthetic worlds)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="batch order and fresh pairing")
     parser.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N")
@@ -140,6 +150,12 @@ def _training_split(data: Any, noise: Path) -> PrecomputedSplit:
     return train.with_noise(index)
 
 
+def _place_groups(root: str, source: str, split: PrecomputedSplit) -> dict[str, np.ndarray]:
+    """The trained pairs grouped by the place their caption names (a synthetic world's files)."""
+    claims = read_place_claims(root, source, split.image_index)
+    return {name: claims == code for code, name in PLACE_CLAIM_NAMES.items()}
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -182,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         divide_split, model, lambda raw: divide(raw).sets, batch_size=K, seed=args.seed,
         device=device,
     )  # fmt: skip
-    result = audit_division(split, divide_pairs, seed=args.seed)
+    groups = (
+        _place_groups(args.data_root or config.data.root, config.data.name, split)
+        if args.places
+        else None
+    )
+    result = audit_division(split, divide_pairs, seed=args.seed, groups=groups)
     if args.draws is not None:
 
         def labels(seed: int) -> np.ndarray:
@@ -229,6 +250,11 @@ def _table(header: dict[str, Any], result: dict[str, Any]) -> str:
         )
     lines.append(f"  memorised: {_fmt(result['memorised']).strip()} of the noisy pairs kept as "
                  "clean as trained, not when fresh")  # fmt: skip
+    for name, r in result["trained"].get("groups", {}).items():
+        lines.append(
+            f"  caption {name:<24} kept as clean: clean pairs {_fmt(r['clean_kept'])} of "
+            f"{r['clean']:5d}, noisy pairs {_fmt(r['noisy_kept'])} of {r['noisy']:5d}"
+        )
     labels = result.get("soft_labels")
     if labels is not None:
         lines.append(

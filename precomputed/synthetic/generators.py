@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GENERATORS", "GeneratedSplit", "generator_words"]
+__all__ = ["GENERATORS", "GENERATOR_PLACES", "GeneratedSplit", "generator_words"]
 
 _SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
 
@@ -287,6 +287,12 @@ def _activity(
 GENERATORS: dict[str, Callable[..., GeneratedSplit]] = {
     "counting": _counting,
     "activity": _activity,
+}
+
+# The place words each generator's captions use ("on the grass", "in a park").
+GENERATOR_PLACES: dict[str, tuple[str, ...]] = {
+    "counting": _C_PLACES,
+    "activity": tuple(_A_PLACES),
 }
 
 

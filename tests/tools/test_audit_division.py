@@ -54,6 +54,21 @@ def test_audit_ranks_the_soft_labels_over_batch_orders(tool, ugncl_run, capsys) 
     assert capsys.readouterr().err.startswith("error: --draws must be >= 1")
 
 
+def test_audit_breaks_the_division_down_by_the_place_the_caption_names(
+    tool, ugncl_run, capsys
+) -> None:
+    audit = tool("audit_division").main
+    assert audit([str(ugncl_run), "--json", "--places"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    groups = out["trained"]["groups"]
+    assert set(groups) == {"names its image's place", "names another place", "names no place"}
+    assert sum(g["clean"] + g["noisy"] for g in groups.values()) == out["pairs"]
+    assert groups["names another place"]["clean"] == 0  # a true caption names its own place
+    assert sum(g["noisy"] for g in groups.values()) == out["noisy"]
+    assert audit([str(ugncl_run), "--places"]) == 0
+    assert "caption names another place" in capsys.readouterr().out
+
+
 def test_audit_with_the_null_level_keeps_a_subset_as_hard_clean(tool, ugncl_run, capsys) -> None:
     """--null-level: the threshold is max(epsilon, the null's quantile) >= epsilon, so no pair
     is hard-clean with it that is not without it, trained or fresh."""

@@ -20,7 +20,7 @@ the pairs' own or their batches' (the rivals a batch happens to hold)?
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -32,13 +32,14 @@ from ugncl.backbones.sgraf.data import PrecomputedTrainingData
 from ugncl.framework.engine.sampling import batch_indices, epoch_order
 from ugncl.framework.evaluation import eval_mode
 from ugncl.methods.noise_detection import weight_quality
-from ugncl.methods.ugncl.division import division_quality
+from ugncl.methods.ugncl.division import CLEAN, HARD_CLEAN, division_quality
 
 __all__ = [
     "audit_division",
     "divide_split",
     "fresh_noisy_index",
     "kept_as_clean",
+    "kept_by_group",
     "label_separation",
     "soft_labels_split",
 ]
@@ -190,6 +191,35 @@ def kept_as_clean(sets: np.ndarray, clean: np.ndarray) -> float | None:
     return _noisy_kept(division_quality(sets, clean), clean)
 
 
+def kept_by_group(
+    sets: np.ndarray, clean: np.ndarray, groups: Mapping[str, np.ndarray]
+) -> dict[str, dict[str, Any]]:
+    """Which pairs of each group a division keeps as clean, clean and noisy apart.
+
+    Args:
+        sets: set codes ``(N,)``.
+        clean: ``(N,)`` bool ground truth.
+        groups: name -> ``(N,)`` bool mask.
+
+    Returns:
+        name -> ``clean`` and ``noisy`` (pair counts) and ``clean_kept`` and ``noisy_kept``
+        (their shares in the clean or hard-clean set; None for an empty class).
+    """
+    sets, clean = np.asarray(sets), np.asarray(clean, dtype=bool)
+    kept = (sets == CLEAN) | (sets == HARD_CLEAN)
+    out: dict[str, dict[str, Any]] = {}
+    for name, mask in groups.items():
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != sets.shape:
+            raise ValueError(f"group {name!r} masks {mask.shape} pairs, the division {sets.shape}")
+        record: dict[str, Any] = {}
+        for label, members in (("clean", mask & clean), ("noisy", mask & ~clean)):
+            record[label] = int(members.sum())
+            record[f"{label}_kept"] = float(kept[members].mean()) if members.any() else None
+        out[name] = record
+    return out
+
+
 def _noisy_kept(quality: dict[str, Any], clean: np.ndarray) -> float | None:
     # Every noisy pair not detected as noisy (NOISY, HARD_NOISY) is kept as clean.
     return None if np.asarray(clean, dtype=bool).all() else 1.0 - quality["noisy_recall"]
@@ -200,6 +230,7 @@ def audit_division(
     divide_pairs: Callable[[PrecomputedSplit], np.ndarray],
     *,
     seed: int = 0,
+    groups: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Divide the trained pairs and the fresh ones (module docstring) with one model.
 
@@ -208,12 +239,14 @@ def audit_division(
         divide_pairs: a split -> its set codes ``(N,)``, the same batches for any pairing, e.g.
             ``functools.partial(divide_split, model, divide, batch_size=K)``.
         seed: of the fresh pairing.
+        groups: optional name -> ``(N,)`` bool mask of the trained pairs, e.g. by what their
+            captions claim (:func:`precomputed.synthetic.places.place_claims`).
 
     Returns:
         ``trained`` and ``fresh``: :func:`ugncl.methods.ugncl.division.division_quality` records
-        plus
-        ``noisy_kept`` (:func:`kept_as_clean`); ``memorised``: ``noisy_kept`` trained minus
-        fresh (None without noisy pairs).
+        plus ``noisy_kept`` (:func:`kept_as_clean`); ``memorised``: ``noisy_kept`` trained minus
+        fresh (None without noisy pairs); with ``groups``, ``trained["groups"]``:
+        :func:`kept_by_group` of the trained division.
     """
     fresh_index = fresh_noisy_index(split.true_image, split.image_index, seed)
     out: dict[str, Any] = {}
@@ -222,6 +255,8 @@ def audit_division(
         clean = np.asarray(pairs.clean)
         quality = division_quality(sets, clean)
         out[name] = {**quality, "noisy_kept": _noisy_kept(quality, clean)}
+        if groups is not None and name == "trained":
+            out[name]["groups"] = kept_by_group(sets, clean, groups)
     kept = out["trained"]["noisy_kept"], out["fresh"]["noisy_kept"]
     out["memorised"] = None if kept[0] is None else kept[0] - kept[1]
     return out

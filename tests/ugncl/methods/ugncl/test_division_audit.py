@@ -18,6 +18,7 @@ from ugncl.methods.ugncl.division_audit import (
     divide_split,
     fresh_noisy_index,
     kept_as_clean,
+    kept_by_group,
     label_separation,
 )
 
@@ -111,6 +112,29 @@ def test_kept_as_clean_counts_both_clean_sets_over_the_noisy_pairs() -> None:
     clean = np.array([False, False, False, False, True])
     assert kept_as_clean(sets, clean) == 0.5
     assert kept_as_clean(sets, np.ones(5, dtype=bool)) is None
+
+
+def test_kept_by_group_splits_the_kept_shares_by_group_and_truth() -> None:
+    sets = np.array([CLEAN, HARD_CLEAN, NOISY, HARD_NOISY, HARD_CLEAN, HARD_NOISY])
+    clean = np.array([True, False, False, True, False, False])
+    first = np.array([True, True, True, True, False, False])
+    out = kept_by_group(sets, clean, {"first": first, "last": ~first})
+    assert out["first"] == {"clean": 2, "clean_kept": 0.5, "noisy": 2, "noisy_kept": 0.5}
+    assert out["last"] == {"clean": 0, "clean_kept": None, "noisy": 2, "noisy_kept": 0.5}
+    with pytest.raises(ValueError, match="group 'short' masks"):
+        kept_by_group(sets, clean, {"short": first[:3]})
+
+
+def test_the_audit_breaks_the_trained_division_down_by_group(noisy_split) -> None:
+    trained = noisy_split.image_index
+    model = ScriptedScorer(noisy_split, lambda image, k: trained[k] == image)
+    groups = {"even": np.arange(N_IMG * CPI) % 2 == 0}
+    out = audit_division(noisy_split, partial(divide_split, model, diagonal_matches, batch_size=8),
+                         groups=groups)  # fmt: skip
+    even = out["trained"]["groups"]["even"]
+    assert even["noisy_kept"] == 1.0  # the memorising model keeps every trained pair
+    assert even["clean"] + even["noisy"] == N_IMG * CPI // 2
+    assert "groups" not in out["fresh"]
 
 
 def test_label_separation_tells_the_pairs_errors_from_their_batches() -> None:
