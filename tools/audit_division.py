@@ -152,6 +152,11 @@ def _training_split(data: Any, noise: Path) -> PrecomputedSplit:
 
 def _place_groups(root: str, source: str, split: PrecomputedSplit) -> dict[str, np.ndarray]:
     """The trained pairs grouped by the place their caption names (a synthetic world's files)."""
+    if not (Path(root) / source / "world.json").is_file():
+        raise AuditInputError(
+            f"--places reads the scenes behind a synthetic world's images, and {root}/{source} "
+            "has no world.json; use it on a world tools/make_synthetic.py wrote"
+        )
     claims = read_place_claims(root, source, split.image_index)
     return {name: claims == code for code, name in PLACE_CLAIM_NAMES.items()}
 

@@ -69,6 +69,15 @@ def test_audit_breaks_the_division_down_by_the_place_the_caption_names(
     assert "caption names another place" in capsys.readouterr().out
 
 
+def test_audit_by_place_needs_a_synthetic_world(tool, ugncl_run, tiny_world, tmp_path, capsys):
+    copy = tmp_path / "world"
+    shutil.copytree(tiny_world, copy)
+    (copy / "synthetic_precomp" / "world.json").unlink()
+    assert tool("audit_division").main([str(ugncl_run), "--places", "--data-root", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --places reads the scenes") and "no world.json" in err
+
+
 def test_audit_with_the_null_level_keeps_a_subset_as_hard_clean(tool, ugncl_run, capsys) -> None:
     """--null-level: the threshold is max(epsilon, the null's quantile) >= epsilon, so no pair
     is hard-clean with it that is not without it, trained or fresh."""
