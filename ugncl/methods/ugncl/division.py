@@ -40,6 +40,7 @@ __all__ = [
     "DivisionResult",
     "batch_opinions",
     "bidirectional_alpha",
+    "called_clean",
     "called_noisy",
     "divide_batch",
     "division_quality",
@@ -644,6 +645,12 @@ class DivisionAccumulator:
 
 def _ratio(num: int, den: int) -> float:
     return float(num) / den if den else 0.0
+
+
+def called_clean(sets: np.ndarray | Tensor) -> np.ndarray | Tensor:
+    """``(N,)`` bool: the pairs a division keeps as clean (CLEAN or HARD_CLEAN); unvisited
+    pairs are neither clean nor noisy. Arrays and tensors alike."""
+    return (sets == CLEAN) | (sets == HARD_CLEAN)
 
 
 def called_noisy(sets: np.ndarray) -> np.ndarray:

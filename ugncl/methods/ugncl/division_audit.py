@@ -32,7 +32,7 @@ from ugncl.backbones.sgraf.data import PrecomputedTrainingData
 from ugncl.framework.engine.sampling import batch_indices, epoch_order
 from ugncl.framework.evaluation import eval_mode
 from ugncl.methods.noise_detection import weight_quality
-from ugncl.methods.ugncl.division import CLEAN, HARD_CLEAN, division_quality
+from ugncl.methods.ugncl.division import called_clean, division_quality
 
 __all__ = [
     "audit_division",
@@ -206,7 +206,7 @@ def kept_by_group(
         (their shares in the clean or hard-clean set; None for an empty class).
     """
     sets, clean = np.asarray(sets), np.asarray(clean, dtype=bool)
-    kept = (sets == CLEAN) | (sets == HARD_CLEAN)
+    kept = called_clean(sets)
     out: dict[str, dict[str, Any]] = {}
     for name, mask in groups.items():
         mask = np.asarray(mask, dtype=bool)

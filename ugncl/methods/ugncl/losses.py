@@ -14,7 +14,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ugncl.methods.ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY, check_batch_scores
+from ugncl.methods.ugncl.division import (
+    CLEAN,
+    HARD_CLEAN,
+    HARD_NOISY,
+    NOISY,
+    called_clean,
+    check_batch_scores,
+)
 from ugncl.methods.ugncl.evidential import (
     EvidenceFloor,
     EvidenceFunction,
@@ -316,12 +323,7 @@ def edl_targets(sets: Tensor, soft_label: Tensor, hard_target: HardTarget = "sof
         raise ValueError(f"hard_target must be one of {HARD_TARGETS}, got {hard_target!r}")
     if hard_target == "soft":
         return soft_label
-    return _divided_clean(sets.to(soft_label.device)).to(soft_label.dtype)
-
-
-def _divided_clean(sets: Tensor) -> Tensor:
-    # (K,) bool: pairs the division keeps as clean (CLEAN, HARD_CLEAN), the rest noisy.
-    return (sets == CLEAN) | (sets == HARD_CLEAN)
+    return called_clean(sets.to(soft_label.device)).to(soft_label.dtype)
 
 
 def _mean_over_views(raw: Tensor, fn) -> Tensor:
@@ -387,7 +389,7 @@ def ugncl_objective(
         _check_per_pair(t, K, name)
     raw = centre_scores(raw, centring)
     sets = sets.to(raw.device)
-    weight = None if noisy_edl else _divided_clean(sets).to(raw.dtype)
+    weight = None if noisy_edl else called_clean(sets).to(raw.dtype)
     edl = evidential_loss(
         raw, edl_targets(sets, soft_label, hard_target), tau=tau, ceiling=ceiling, floor=floor,
         function=function, kl_weight=kl_weight, evidential=evidential, query_weight=weight,
