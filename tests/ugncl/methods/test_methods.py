@@ -212,7 +212,7 @@ def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
         tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
         batch_size=k, global_step=1000,
     )  # fmt: skip
-    settings = dict(lambda_min=2, division_pass="separate", division_start="fixed",
+    settings = dict(lambda_min=2, division_pass="separate", division_start="fixed", seed="none",
                     lambda_clock="global")  # fmt: skip
     record = UGNCLMethod(**settings).on_epoch_start(ctx, epoch=1)
     assert record["division_lambda"] == 2
@@ -236,12 +236,16 @@ def test_division_clock_counts_hardness_from_the_division_start(tmp_path) -> Non
         tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
         batch_size=k, global_step=1000,
     )  # fmt: skip
-    method = UGNCLMethod(lambda_min=2, division_pass="separate", division_start="fixed")
+    method = UGNCLMethod(
+        lambda_min=2, division_pass="separate", division_start="fixed", seed="none"
+    )
     assert method.hardness(k, 1000) == k - 1  # before the start: the hinge over all negatives
     assert method.on_epoch_start(ctx, epoch=1)["division_lambda"] == k - 1
     assert method.hardness(k, 1000 + 40) == max(k - 1, 2)  # 40 steps x 0.025 = 1 negative
     assert method.hardness(k, 1000 + 1000) == 2
-    resumed = UGNCLMethod(lambda_min=2, division_pass="separate", division_start="fixed")
+    resumed = UGNCLMethod(
+        lambda_min=2, division_pass="separate", division_start="fixed", seed="none"
+    )
     resumed.set_extra_state(method.get_extra_state())
     assert resumed.hardness(k, 2000) == 2 and resumed.hardness(k, 1000) == k - 1
 
@@ -267,6 +271,7 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
         p=0.0,
         division_pass="separate",
         division_start="fixed",
+        seed="none",
         lambda_clock="global",
     )  # every pair hard; fmt: skip
     assert method.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 4
@@ -280,7 +285,11 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
     method.training_step(model, batch, step)
     assert method._last_lambda == 2
     unfloored = UGNCLMethod(
-        lambda_min=2, division_pass="separate", division_start="fixed", lambda_clock="global"
+        lambda_min=2,
+        division_pass="separate",
+        division_start="fixed",
+        seed="none",
+        lambda_clock="global",
     )
     assert unfloored.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 2
 
@@ -341,7 +350,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
     model.eval()  # no dropout: the step's scores equal the ones recomputed here
     k = len(batch.index)
     seen, unseen = [0, 1, 2, 3], [4, 5]
-    method = UGNCLMethod(lambda_min=2, division_pass="training")
+    method = UGNCLMethod(lambda_min=2, division_pass="training", seed="none")
     method.prepare(model, k)
     method.training_step(model, _pairs(batch, seen), ctx(warmup=True))
     with torch.no_grad():
@@ -367,7 +376,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
     assert len(passes) == 1 and len(passes[0]) == 4 and set(unseen) <= set(passes[0])
     assert (division.sets != UNVISITED).all()
     # The recorded opinions travel in checkpoints (a resumed run divides the same way).
-    resumed = UGNCLMethod(lambda_min=2, division_pass="training")
+    resumed = UGNCLMethod(lambda_min=2, division_pass="training", seed="none")
     resumed.prepare(model, k)
     resumed.set_extra_state(method.get_extra_state())
     assert resumed._recorded.result().sets.tolist() == division.sets.tolist()

@@ -47,6 +47,7 @@ __all__ = [
     "floor_uncertainty",
     "fuse_views",
     "fused_log_evidence",
+    "hard_division",
     "hard_soft_label",
     "normalised_uncertainty",
     "null_soft_labels",
@@ -645,6 +646,27 @@ class DivisionAccumulator:
 
 def _ratio(num: int, den: int) -> float:
     return float(num) / den if den else 0.0
+
+
+def hard_division(keep: np.ndarray) -> DivisionResult:
+    """A division given from outside the model: ``keep`` pairs hard-clean with soft label 1,
+    the others hard-noisy with soft label 0, every pair hard (``u_bar = 1``, the regime of a
+    learned division at xi1 = 0.1).
+
+    Args:
+        keep: ``(N,)`` bool, the pairs to train as clean.
+
+    Returns:
+        A :class:`DivisionResult` over the N pairs.
+    """
+    keep = np.asarray(keep, dtype=bool)
+    ones = np.ones(len(keep), dtype=np.float32)
+    return DivisionResult(
+        u=ones,
+        u_bar=ones.copy(),
+        soft_label=keep.astype(np.float32),
+        sets=np.where(keep, HARD_CLEAN, HARD_NOISY).astype(np.int8),
+    )
 
 
 def called_clean(sets: np.ndarray | Tensor) -> np.ndarray | Tensor:

@@ -25,8 +25,6 @@ from ugncl.framework.errors import ConfigError
 from ugncl.framework.evaluation import eval_mode, view_reducer
 from ugncl.methods.base import Method, section_defaults
 from ugncl.methods.ugncl.division import (
-    HARD_CLEAN,
-    HARD_NOISY,
     UNVISITED,
     BatchDivision,
     DivisionAccumulator,
@@ -34,6 +32,7 @@ from ugncl.methods.ugncl.division import (
     divide_batch,
     division_quality,
     fused_log_evidence,
+    hard_division,
     hard_soft_label,
 )
 from ugncl.methods.ugncl.evidential import CENTRINGS, centre_scores
@@ -43,6 +42,12 @@ from ugncl.methods.ugncl.losses import (
     triplet_objective,
     ugncl_objective,
     warmup_objective,
+)
+from ugncl.methods.ugncl.seed import (
+    gather_seed_inputs,
+    null_share,
+    seed_pvalues,
+    seed_selection,
 )
 from ugncl.methods.ugncl.start import (
     division_agreement,
@@ -73,6 +78,7 @@ class UGNCLConfig:
         "warmup_loss": ("hinge_all", "released"),
         "division_start": ("agreed", "separated", "fixed"),
         "lambda_clock": ("division", "global"),
+        "seed": ("linear", "none"),
     }
 
     tau: float = 0.1
@@ -172,6 +178,21 @@ class UGNCLConfig:
     start_separation: float = 2.0
     start_agreement: float = 0.5
     start_max_wait: int = 6
+    # The seed division (seed.py; docs/methods/ugncl.md, "The seed division"): linear
+    # (decision) -- for the seed_epochs epochs after the warm-up, the division is a cross-fitted
+    # ridge fit's from caption words to pooled region features, made before any training: the
+    # pairs whose paired image it ranks in the top seed_alpha of rival images (about
+    # seed_alpha of the noisy pairs pass, whatever the noise ratio), and within the
+    # Benjamini-Hochberg set at false-discovery rate seed_fdr, are hard-clean, the others
+    # hard-noisy; then the model's own division, and division_start is not consulted. A model
+    # that learnt only the coarsest cue in its warm-up keeps about half the noisy pairs in its
+    # first division and may never take off (docs/research/ugncl-generalisation.md). none:
+    # the model's division from the start (paper). Raw-image backbones (no pooled region
+    # feature) and a fit that selects no pair run as none.
+    seed: str = "linear"
+    seed_alpha: float = 0.02
+    seed_fdr: float = 0.1
+    seed_epochs: int = 6
 
 
 def merge_division(local: DivisionResult) -> DivisionResult:
@@ -210,13 +231,7 @@ def truth_division(clean: np.ndarray) -> DivisionResult:
             "pair of this run is marked noisy (data.noise_ratio 0, or a dataset with real, "
             "unlabelled noise such as CC152K); use division_source=model"
         )
-    ones = np.ones(len(clean), dtype=np.float32)
-    return DivisionResult(
-        u=ones,
-        u_bar=ones.copy(),
-        soft_label=clean.astype(np.float32),
-        sets=np.where(clean, HARD_CLEAN, HARD_NOISY).astype(np.int8),
-    )
+    return hard_division(clean)
 
 
 class UGNCLMethod(Method):
@@ -271,6 +286,10 @@ class UGNCLMethod(Method):
         start_separation: float,
         start_agreement: float,
         start_max_wait: int,
+        seed: str,
+        seed_alpha: float,
+        seed_fdr: float,
+        seed_epochs: int,
         eval_score: str = "evidence",
     ) -> None:
         super().__init__(eval_score=eval_score)
@@ -306,9 +325,13 @@ class UGNCLMethod(Method):
         self.start_separation = start_separation
         self.start_agreement = start_agreement
         self.start_max_wait = start_max_wait
+        self.seed = seed
+        self.seed_alpha = seed_alpha
+        self.seed_fdr = seed_fdr
+        self.seed_epochs = seed_epochs
         for key, value in (
             ("warmup_loss", warmup_loss), ("division_start", division_start),
-            ("lambda_clock", lambda_clock),
+            ("lambda_clock", lambda_clock), ("seed", seed),
         ):  # fmt: skip
             if value not in UGNCLConfig.CHOICES[key]:
                 choices = " | ".join(UGNCLConfig.CHOICES[key])
@@ -317,6 +340,21 @@ class UGNCLMethod(Method):
             raise ConfigError(
                 f"method.ugncl.start_agreement must be a kappa in (-1, 1], got {start_agreement}; "
                 "0.5 starts the division once two epochs' noisy calls agree well beyond chance"
+            )
+        if not 0.0 < seed_alpha < 1.0:
+            raise ConfigError(
+                f"method.ugncl.seed_alpha must be in (0, 1), got {seed_alpha}; it is the share "
+                "of the noisy pairs the seed division lets in (0.02 by default)"
+            )
+        if not 0.0 < seed_fdr < 1.0:
+            raise ConfigError(
+                f"method.ugncl.seed_fdr must be in (0, 1), got {seed_fdr}; it is the largest "
+                "expected share of noisy pairs in the seed's clean set (0.1 by default)"
+            )
+        if seed_epochs < 0:
+            raise ConfigError(
+                f"method.ugncl.seed_epochs must be >= 0 epochs, got {seed_epochs}; 0 turns the "
+                "seed division off"
             )
         if start_max_wait < 0:
             raise ConfigError(
@@ -354,6 +392,10 @@ class UGNCLMethod(Method):
         # lambda_clock: division -- the global step at which the division started.
         self._start_step: int | None = None
         self._start_labels: list[np.ndarray] = []  # top_rival labels of the divided batches
+        # seed: linear -- the pairs' p-values (computed at the first epoch after the warm-up);
+        # None before, or where the data has no region features.
+        self._seed_pvalues: np.ndarray | None = None
+        self._seed_unavailable = False
 
     def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
         """Ranks by this method's evidence (its ``tau`` and evidence function)."""
@@ -377,6 +419,8 @@ class UGNCLMethod(Method):
         batch_size = self.division_batch_size or ctx.batch_size
         # Hardness of Eq. 16 at this epoch's first step: top_rival's rival count.
         lam = self._division_lambda(self.hardness(batch_size, ctx.global_step))
+        if self._seeds(ctx, epoch):
+            return self._seed_epoch(ctx, lam)
         if self.division_source == "truth":
             self.division = truth_division(ctx.clean)
         elif self.division_pass == "training":
@@ -405,6 +449,55 @@ class UGNCLMethod(Method):
             self._start_step = ctx.global_step
         record["dividing"] = self.started
         return record
+
+    def _seeds(self, ctx: MethodContext, epoch: int) -> bool:
+        """Whether this epoch trains on the seed division (``seed: linear``): one of the
+        ``seed_epochs`` after the warm-up, on region features, with the model's division."""
+        if self.seed != "linear" or self.division_source != "model":
+            return False
+        if not 0 <= epoch - ctx.warmup_epochs < self.seed_epochs:
+            return False
+        if self._seed_pvalues is None and not self._seed_unavailable:
+            self._seed_pvalues = self._compute_seed(ctx)
+            self._seed_unavailable = self._seed_pvalues is None
+        return self._seed_pvalues is not None
+
+    def _compute_seed(self, ctx: MethodContext) -> np.ndarray | None:
+        """The seed's p-values over the training pairs (None on raw images)."""
+        if ctx.fetch is None:
+            raise RuntimeError("method.ugncl.seed=linear needs MethodContext.fetch")
+        inputs = gather_seed_inputs(ctx.fetch, ctx.num_samples, ctx.batch_size)
+        if inputs is None:
+            logger.warning(
+                "method.ugncl.seed=linear needs region features; these images are pixels, so "
+                "the model's own division starts as method.ugncl.division_start says"
+            )
+            return None
+        captions, pooled, image_index = inputs
+        vocab_size = 1 + max((int(c.max()) for c in captions if len(c)), default=0)
+        pvalues = seed_pvalues(captions, vocab_size, pooled, image_index, seed=ctx.seed)
+        if not seed_selection(pvalues, self.seed_alpha, self.seed_fdr).any():
+            logger.warning(
+                "the seed division selects no pair at method.ugncl.seed_fdr=%s (the linear fit "
+                "tells too few pairs from unrelated ones); the model's own division starts as "
+                "method.ugncl.division_start says",
+                self.seed_fdr,
+            )
+            return None
+        return pvalues
+
+    def _seed_epoch(self, ctx: MethodContext, lam: int) -> dict[str, Any]:
+        """Divide by the seed (:func:`seed_selection` hard-clean, the rest hard-noisy); the
+        record adds the estimated share of noisy pairs (``seed_null_share``)."""
+        self.division = hard_division(
+            seed_selection(self._seed_pvalues, self.seed_alpha, self.seed_fdr)
+        )
+        self.started, self.deferred = True, False
+        if self._start_step is None:
+            self._start_step = ctx.global_step
+        record = {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
+        record["seed_null_share"] = null_share(self._seed_pvalues)
+        return {**record, "seeded": True, "dividing": True}
 
     def _decide_agreed_start(self, waited: int, record: dict[str, Any]) -> None:
         """``division_start: agreed``: start once this division repeats the previous one.
@@ -610,6 +703,8 @@ class UGNCLMethod(Method):
         state["start_labels"] = torch.from_numpy(labels.astype(np.float32))
         if self._recorded is not None:
             state["recorded"] = self._recorded.result().to_state()
+        if self._seed_pvalues is not None:
+            state["seed_pvalues"] = torch.from_numpy(self._seed_pvalues.astype(np.float64))
         return state
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
@@ -624,6 +719,8 @@ class UGNCLMethod(Method):
         self._previous_sets = None if previous is None else np.asarray(previous)
         labels = state.get("start_labels")
         self._start_labels = [] if labels is None or not len(labels) else [np.asarray(labels)]
+        seed = state.get("seed_pvalues")
+        self._seed_pvalues = None if seed is None else np.asarray(seed, dtype=np.float64)
         recorded = state.get("recorded")
         if self._recorded is not None and recorded is not None:
             self._recorded = DivisionAccumulator.from_result(DivisionResult.from_state(recorded))

@@ -55,7 +55,7 @@ def _division(labels: np.ndarray) -> DivisionResult:
 def test_divide_keeps_top_rival_labels_until_the_start() -> None:
     import torch
 
-    method = UGNCLMethod(division_start="separated")
+    method = UGNCLMethod(division_start="separated", seed="none")
     raw = torch.randn(2, 8, 8)
     method.divide(raw, lam=3)
     assert len(method._start_labels) == 1 and method._start_labels[0].shape == (8,)
@@ -72,7 +72,7 @@ def test_method_defers_the_division_until_the_labels_separate(monkeypatch) -> No
     one_mode = (1 / (1 + np.exp(-rng.normal(0.0, 0.3, n)))).astype(np.float32)
     two_modes = 1 / (1 + np.exp(-np.r_[rng.normal(-4, 1, n // 2), rng.normal(4, 1, n // 2)]))
     labels = iter([one_mode, two_modes.astype(np.float32)])
-    method = UGNCLMethod(division_pass="separate", division_start="separated")
+    method = UGNCLMethod(division_pass="separate", division_start="separated", seed="none")
 
     def divide(*args, **kwargs) -> DivisionResult:
         y = next(labels)
@@ -88,7 +88,7 @@ def test_method_defers_the_division_until_the_labels_separate(monkeypatch) -> No
     assert second["dividing"] is True and not method.deferred
     assert second["start_separation"] > 2
     state = method.get_extra_state()
-    again = UGNCLMethod(division_pass="separate", division_start="separated")
+    again = UGNCLMethod(division_pass="separate", division_start="separated", seed="none")
     again.set_extra_state(state)
     assert again.started and not again.deferred
 
@@ -97,14 +97,14 @@ def test_start_labels_travel_in_the_checkpoint_state() -> None:
     """A run resumed at an epoch boundary decides the start on the labels kept before it."""
     import torch
 
-    method = UGNCLMethod(division_start="separated")
+    method = UGNCLMethod(division_start="separated", seed="none")
     method.divide(torch.randn(2, 8, 8), lam=3)
-    again = UGNCLMethod(division_start="separated")
+    again = UGNCLMethod(division_start="separated", seed="none")
     again.set_extra_state(method.get_extra_state())
     np.testing.assert_array_equal(
         np.concatenate(again._start_labels), np.concatenate(method._start_labels)
     )
-    fixed = UGNCLMethod(division_start="fixed")
+    fixed = UGNCLMethod(division_start="fixed", seed="none")
     assert fixed.started and not fixed.deferred
 
 
@@ -138,7 +138,9 @@ def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
     truth = rng.random(n) < 0.5
     noisy_calls = [rng.random(n) < 0.5, rng.random(n) < 0.5, truth, truth]
     calls = iter(noisy_calls)
-    method = UGNCLMethod(division_pass="separate", division_start="agreed", start_agreement=0.5)
+    method = UGNCLMethod(
+        division_pass="separate", division_start="agreed", start_agreement=0.5, seed="none"
+    )
 
     def divide(*args, **kwargs) -> DivisionResult:
         return _division(np.where(next(calls), 0.1, 0.9).astype(np.float32))
@@ -152,7 +154,7 @@ def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
     chance = method.on_epoch_start(ctx, 2)
     assert chance["dividing"] is False and method.deferred
     assert abs(chance["start_agreement"]) < 0.2
-    resumed = UGNCLMethod(division_pass="separate", division_start="agreed")
+    resumed = UGNCLMethod(division_pass="separate", division_start="agreed", seed="none")
     resumed.set_extra_state(method.get_extra_state())
     np.testing.assert_array_equal(resumed._previous_sets, method._previous_sets)
     still = method.on_epoch_start(ctx, 3)  # random -> truth: no agreement yet
@@ -161,7 +163,9 @@ def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
     assert started["dividing"] is True and started["start_agreement"] == pytest.approx(1.0)
     assert not method.deferred and method.division is not None
 
-    capped = UGNCLMethod(division_pass="separate", division_start="agreed", start_max_wait=0)
+    capped = UGNCLMethod(
+        division_pass="separate", division_start="agreed", start_max_wait=0, seed="none"
+    )
     monkeypatch.setattr(capped, "_divide_with_model", lambda *a, **k: _division(
         np.where(rng.random(n) < 0.5, 0.1, 0.9).astype(np.float32)))  # fmt: skip
     capped.on_epoch_start(ctx, 1)

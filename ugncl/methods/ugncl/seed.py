@@ -1,0 +1,342 @@
+"""The seed division: a closed-form linear fit of the noisy pairs, cross-fitted.
+
+Why a second, model-free view. On a world where the warm-up learns only the coarsest cue (the
+default synthetic world at 70% noise learns its place word and no objects), the network's
+first division keeps about half of the noisy pairs, and a hard-clean set that noisy does not
+let the model take off (docs/research/ugncl-generalisation.md). A ridge regression from a
+caption's bag of words to its paired image's pooled region features sees the same noisy
+pairs, but it is fitted in closed form: the 70% of unrelated pairs add variance, not a
+direction, and the related 30% still pull each word towards the features of its objects.
+
+Cross-fitting makes its scores a test. The images are split in two folds; the map is fitted on
+the pairs of one fold's images and scores the captions paired with the other fold's images, so
+no caption is scored by a map that saw it. For each caption the paired image is ranked among
+a fixed set of rival images. For a noisy pair the paired image is unrelated to the caption, so
+its rank is uniform: ``rank / rivals`` is a p-value, and the pairs with ``p < alpha`` let in
+about ``alpha`` of the noisy pairs whatever the noise ratio, the world or the fit's quality.
+The fit's quality decides only how many clean pairs pass.
+
+One refit sharpens it: the second fit weighs each pair by ``max(1 - 2 p, 0)`` of a first fit,
+so the pairs the first fit finds unrelated (most of the noisy ones) stop pulling the map. The
+first fit's p-values come from within the fitted half of the images alone
+(:func:`linear_pair_pvalues`), so the refit stays cross-fitted.
+
+Shapes: N pairs (captions), I images, V words, D region-feature dimensions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ugncl.framework.data import PairBatch
+
+__all__ = [
+    "caption_bags",
+    "fit_text_to_image",
+    "gather_seed_inputs",
+    "image_components",
+    "linear_pair_pvalues",
+    "null_share",
+    "pair_pvalues",
+    "seed_pvalues",
+    "seed_selection",
+]
+
+
+def caption_bags(
+    captions: Sequence[np.ndarray], vocab_size: int, max_words: int = 4096
+) -> sp.csr_matrix:
+    """Each caption as a set of words, idf-weighted and L2-normalised.
+
+    Args:
+        captions: N arrays of token ids (padding and special tokens may be included; ids that
+            occur in every caption carry no idf weight).
+        vocab_size: V, one more than the largest token id.
+        max_words: only the ``max_words`` most frequent words are columns (the normal matrix
+            of the ridge fit is ``max_words`` squared).
+
+    Returns:
+        ``(N, min(V, max_words))`` CSR matrix, float64.
+    """
+    rows = np.repeat(np.arange(len(captions)), [len(np.unique(c)) for c in captions])
+    cols = np.concatenate([np.unique(np.asarray(c, dtype=np.int64)) for c in captions])
+    if len(cols) and (cols.min() < 0 or cols.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got {cols.min()}..{cols.max()}")
+    bags = sp.csr_matrix((np.ones(len(cols)), (rows, cols)), shape=(len(captions), vocab_size))
+    df = np.asarray(bags.sum(0)).ravel()
+    keep = np.argsort(-df, kind="stable")[: min(max_words, vocab_size)]
+    bags = bags[:, keep]
+    idf = np.log(len(captions) / (1.0 + df[keep]))
+    bags = bags @ sp.diags(np.maximum(idf, 0.0))
+    norms = np.sqrt(np.asarray(bags.multiply(bags).sum(1)).ravel())
+    return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ bags)
+
+
+def image_components(pooled: np.ndarray, rank: int = 64, seed: int = 0) -> np.ndarray:
+    """Pooled image features, standardised per dimension, on their top ``rank`` principal
+    components (not normalised: the fit's targets keep each image's norm).
+
+    Args:
+        pooled: ``(I, D)`` one vector per image (e.g. its regions' max).
+        rank: the components kept (``min(rank, I, D)``).
+        seed: the randomised SVD's seed.
+
+    Returns:
+        ``(I, rank)`` float64.
+    """
+    x = torch.as_tensor(np.asarray(pooled), dtype=torch.float64)
+    x = (x - x.mean(0)) / (x.std(0) + 1e-9)
+    q = min(rank, *x.shape)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        _, _, v = torch.svd_lowrank(x, q=q, niter=4)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return (x @ v).numpy()
+
+
+def fit_text_to_image(
+    bags: sp.csr_matrix, targets: np.ndarray, weights: np.ndarray, ridge: float = 10.0
+) -> np.ndarray:
+    """Weighted ridge regression from caption bags to image vectors.
+
+    Args:
+        bags: ``(n, V)`` the fitted pairs' captions.
+        targets: ``(n, r)`` their paired images' vectors.
+        weights: ``(n,)`` non-negative pair weights.
+        ridge: the L2 penalty on the map.
+
+    Returns:
+        ``(V, r)`` the map ``W`` minimising ``sum_k w_k |b_k W - t_k|^2 + ridge |W|^2``.
+    """
+    weighted = sp.diags(weights) @ bags
+    normal = (weighted.T @ bags).toarray() + ridge * np.eye(bags.shape[1])
+    return np.linalg.solve(normal, weighted.T @ targets)
+
+
+def pair_pvalues(
+    predicted: np.ndarray, images: np.ndarray, paired: np.ndarray, rivals: np.ndarray
+) -> np.ndarray:
+    """Each caption's paired image ranked among rival images by cosine similarity.
+
+    Args:
+        predicted: ``(n, r)`` the captions' predicted image vectors.
+        images: ``(I, r)`` image vectors (compared by cosine).
+        paired: ``(n,)`` each caption's paired image.
+        rivals: ``(M,)`` the rival images (the paired one among them is skipped).
+
+    Returns:
+        ``(n,)`` p-values ``(1 + #rivals at or above the paired image) / (M + 1)``, in
+        (0, 1].
+    """
+    p = torch.as_tensor(predicted)
+    p = p / p.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    im = torch.as_tensor(images)
+    im = im / im.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    own = (p * im[torch.as_tensor(paired)]).sum(1, keepdim=True)
+    riv = torch.as_tensor(rivals)
+    # Ties count against the pair: a caption the map cannot place (a zero prediction, all
+    # its words unseen by the fit) must not get the smallest p-value.
+    above = (p @ im[riv].T >= own) & (riv[None, :] != torch.as_tensor(paired)[:, None])
+    return ((1.0 + above.sum(1).double()) / (len(rivals) + 1.0)).numpy()
+
+
+def _fit_and_score(
+    bags: sp.csr_matrix,
+    images: np.ndarray,
+    image_index: np.ndarray,
+    weights: np.ndarray,
+    fit: np.ndarray,
+    scored: np.ndarray,
+    rivals: np.ndarray,
+    ridge: float,
+) -> np.ndarray:
+    """p-values of the ``scored`` pairs under the map fitted on the ``fit`` pairs (bool masks)."""
+    w = fit_text_to_image(bags[fit], images[image_index[fit]], weights[fit], ridge=ridge)
+    return pair_pvalues(bags[scored] @ w, images, image_index[scored], rivals)
+
+
+def linear_pair_pvalues(
+    bags: sp.csr_matrix,
+    images: np.ndarray,
+    image_index: np.ndarray,
+    *,
+    seed: int = 0,
+    folds: int = 4,
+    rivals: int = 1023,
+    ridge: float = 10.0,
+    refits: int = 1,
+) -> np.ndarray:
+    """Cross-fitted p-values of the pairs ``(caption k, image image_index[k])``.
+
+    The images are split into ``folds`` folds. A fold's pairs are scored by the map fitted on
+    the other folds' pairs; a refit weighs those by ``max(1 - 2 p, 0)``, with ``p`` from
+    within the other folds (each scored by the map of the rest of them). So no weight, and no
+    map, has seen the pair it scores: a weight computed with the scored fold would carry its
+    noisy pairs into the map that scores them.
+
+    Args:
+        bags: ``(N, V)`` caption bags (:func:`caption_bags`).
+        images: ``(I, r)`` image vectors (:func:`image_components`).
+        image_index: ``(N,)`` the image each caption is paired with.
+        seed: folds and rivals are drawn from it.
+        folds: image folds (>= 3 with a refit).
+        rivals: M, the rival images each caption's pair is ranked among (all but one when
+            there are fewer).
+        ridge: the fit's L2 penalty.
+        refits: fits after the first, each weighing the pairs by the previous p-values.
+
+    Returns:
+        ``(N,)`` p-values; a noisy pair's is uniform on (0, 1] (a little above, in practice:
+        a map ranks the images of the pairs it was fitted on slightly higher).
+    """
+    if folds < (3 if refits else 2):
+        raise ValueError(f"need folds >= 3 with a refit (2 without), got {folds}")
+    image_index = np.asarray(image_index, dtype=np.int64)
+    num_images = images.shape[0]
+    rng = np.random.default_rng([seed, 0x5EED])
+    fold = (rng.permutation(num_images) % folds)[image_index]  # each pair's image's fold
+    riv = np.sort(rng.permutation(num_images)[: min(rivals, num_images - 1)])
+    pvalues = np.ones(len(image_index))
+    for f in range(folds):
+        scored = fold == f
+        weights = np.ones(len(image_index))
+        for _ in range(refits):
+            inner = np.ones(len(image_index))
+            for g in range(folds):
+                if g != f:
+                    part = fold == g
+                    fit = ~scored & ~part
+                    inner[part] = _fit_and_score(
+                        bags, images, image_index, weights, fit, part, riv, ridge
+                    )
+            weights = np.where(scored, 0.0, np.clip(1.0 - 2.0 * inner, 0.0, None))
+        pvalues[scored] = _fit_and_score(
+            bags, images, image_index, weights, ~scored, scored, riv, ridge
+        )
+    return pvalues
+
+
+def seed_pvalues(
+    captions: Sequence[np.ndarray],
+    vocab_size: int,
+    pooled: np.ndarray,
+    image_index: np.ndarray,
+    *,
+    seed: int = 0,
+    rank: int = 64,
+) -> np.ndarray:
+    """:func:`linear_pair_pvalues` from raw inputs.
+
+    Args:
+        captions: N token-id arrays.
+        vocab_size: one more than the largest token id.
+        pooled: ``(I, D)`` one pooled feature vector per image (rows of images no caption is
+            paired with are ignored by the fit, but serve as rivals).
+        image_index: ``(N,)`` the image each caption is paired with.
+        seed: the run's seed.
+        rank: the image vectors' principal components.
+
+    Returns:
+        ``(N,)`` p-values.
+    """
+    bags = caption_bags(captions, vocab_size)
+    images = image_components(pooled, rank=rank, seed=seed)
+    return linear_pair_pvalues(bags, images, image_index, seed=seed)
+
+
+def null_share(pvalues: np.ndarray, lam: float = 0.5) -> float:
+    """Storey's estimate of the share of pairs drawn from the null (the noisy pairs):
+    ``#{p > lam} / ((1 - lam) N)``, capped at 1. The few clean pairs above ``lam`` make it an
+    overestimate, on the safe side.
+
+    Args:
+        pvalues: ``(N,)`` p-values.
+        lam: where the p-values are taken to be the null's alone.
+
+    Returns:
+        The estimate in [0, 1] (1 for an empty input).
+    """
+    p = np.asarray(pvalues)
+    if not len(p):
+        return 1.0
+    return float(min(1.0, (p > lam).mean() / (1.0 - lam)))
+
+
+def seed_selection(pvalues: np.ndarray, alpha: float, fdr: float) -> np.ndarray:
+    """The pairs the seed trains as clean: ``p < alpha``, and within the Benjamini-Hochberg
+    set at false-discovery rate ``fdr`` (with :func:`null_share` for the null's share).
+
+    ``alpha`` bounds the share of the noisy pairs let in; ``fdr`` bounds the share of the
+    selected pairs that are noisy, so a weak fit (few images, features that say little)
+    selects fewer pairs, or none.
+
+    Args:
+        pvalues: ``(N,)`` the pairs' p-values.
+        alpha: the p-value threshold.
+        fdr: the largest expected share of noisy pairs among those selected.
+
+    Returns:
+        ``(N,)`` bool.
+    """
+    p = np.asarray(pvalues, dtype=np.float64)
+    n = len(p)
+    ordered = np.sort(p)
+    # BH: the largest p_(k) with p_(k) * pi0 * N / k <= fdr.
+    passing = ordered * null_share(p) * n / np.arange(1, n + 1) <= fdr
+    cut = ordered[np.flatnonzero(passing).max()] if passing.any() else -np.inf
+    return (p < alpha) & (p <= cut)
+
+
+def gather_seed_inputs(
+    fetch: Callable[[np.ndarray], PairBatch], num_samples: int, batch_size: int
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray] | None:
+    """Every training pair's caption tokens, paired image and its regions' max, in one pass.
+
+    Every process reads all samples itself (``fetch`` is not sharded), so each computes the
+    same seed without communication.
+
+    Args:
+        fetch: ``fetch(indices (K,)) -> PairBatch`` of the training samples.
+        num_samples: N.
+        batch_size: samples per fetch.
+
+    Returns:
+        ``(captions, pooled (I, D) float32, image_index (N,))``, rows of images no caption is
+        paired with left zero; None when the images are not region features (``(K, R, D)``:
+        raw pixels have no pooled feature a linear map could read).
+    """
+    captions: list[np.ndarray] = []
+    image_index = np.empty(num_samples, dtype=np.int64)
+    pooled: np.ndarray | None = None
+    for start in range(0, num_samples, batch_size):
+        batch = fetch(np.arange(start, min(start + batch_size, num_samples)))
+        if batch.images.dim() != 3:
+            return None
+        index = batch.index.numpy()
+        paired = batch.image_index.numpy()
+        image_index[index] = paired
+        if pooled is None:
+            pooled = np.zeros((0, batch.images.shape[-1]), dtype=np.float32)
+        if paired.max() >= pooled.shape[0]:
+            grown = np.zeros((int(paired.max()) + 1, pooled.shape[1]), dtype=np.float32)
+            grown[: pooled.shape[0]] = pooled
+            pooled = grown
+        pooled[paired] = batch.images.float().amax(1).numpy()
+        lengths = batch.lengths.numpy()
+        captions.extend(row[:n] for row, n in zip(batch.captions.numpy(), lengths))
+    assert pooled is not None
+    order = np.argsort(
+        np.concatenate(
+            [
+                np.arange(s, min(s + batch_size, num_samples))
+                for s in range(0, num_samples, batch_size)
+            ]
+        )
+    )
+    return [captions[k] for k in order], pooled, image_index
