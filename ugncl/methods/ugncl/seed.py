@@ -237,7 +237,7 @@ def seed_pvalues(
         captions: N token-id arrays.
         vocab_size: one more than the largest token id.
         pooled: ``(I, D)`` one pooled feature vector per image (rows of images no caption is
-            paired with are ignored by the fit, but serve as rivals).
+            paired with are left out, as rivals too: they may be unfilled).
         image_index: ``(N,)`` the image each caption is paired with.
         seed: the run's seed.
         rank: the image vectors' principal components.
@@ -246,8 +246,9 @@ def seed_pvalues(
         ``(N,)`` p-values.
     """
     bags = caption_bags(captions, vocab_size)
-    images = image_components(pooled, rank=rank, seed=seed)
-    return linear_pair_pvalues(bags, images, image_index, seed=seed)
+    paired, local = np.unique(np.asarray(image_index), return_inverse=True)
+    images = image_components(np.asarray(pooled)[paired], rank=rank, seed=seed)
+    return linear_pair_pvalues(bags, images, local.reshape(-1), seed=seed)
 
 
 def null_share(pvalues: np.ndarray, lam: float = 0.5) -> float:
@@ -330,13 +331,6 @@ def gather_seed_inputs(
         pooled[paired] = batch.images.float().amax(1).numpy()
         lengths = batch.lengths.numpy()
         captions.extend(row[:n] for row, n in zip(batch.captions.numpy(), lengths))
-    assert pooled is not None
-    order = np.argsort(
-        np.concatenate(
-            [
-                np.arange(s, min(s + batch_size, num_samples))
-                for s in range(0, num_samples, batch_size)
-            ]
-        )
-    )
-    return [captions[k] for k in order], pooled, image_index
+    if pooled is None:  # no sample at all
+        return None
+    return captions, pooled, image_index
