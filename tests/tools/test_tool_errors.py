@@ -197,6 +197,11 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
             "zero": ["--root", str(zw), "--name", "r0"],
             "bad": ["--root", str(bw), "--name", "r1"],
         },
+        "seed_division": {
+            "ro": None,  # writes nothing
+            "zero": ["--cfg", "ugncl_synthetic", "--set", f"data.root={zw}", "data.dev_images=12"],
+            "bad": ["--cfg", "ugncl_synthetic", "--set", f"data.root={bw}", "data.dev_images=12"],
+        },
         "train": {
             "ro": [
                 "--cfg",
