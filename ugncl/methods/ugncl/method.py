@@ -452,7 +452,8 @@ class UGNCLMethod(Method):
 
     def _seeds(self, ctx: MethodContext, epoch: int) -> bool:
         """Whether this epoch trains on the seed division (``seed: linear``): one of the
-        ``seed_epochs`` after the warm-up, on region features, with the model's division."""
+        ``seed_epochs`` after the warm-up, on region features, with ``division_source:
+        model`` (the truth diagnostic is never seeded)."""
         if self.seed != "linear" or self.division_source != "model":
             return False
         if not 0 <= epoch - ctx.warmup_epochs < self.seed_epochs:

@@ -8,18 +8,19 @@ caption's bag of words to its paired image's pooled region features sees the sam
 pairs, but it is fitted in closed form: the 70% of unrelated pairs add variance, not a
 direction, and the related 30% still pull each word towards the features of its objects.
 
-Cross-fitting makes its scores a test. The images are split in two folds; the map is fitted on
-the pairs of one fold's images and scores the captions paired with the other fold's images, so
-no caption is scored by a map that saw it. For each caption the paired image is ranked among
-a fixed set of rival images. For a noisy pair the paired image is unrelated to the caption, so
-its rank is uniform: ``rank / rivals`` is a p-value, and the pairs with ``p < alpha`` let in
-about ``alpha`` of the noisy pairs whatever the noise ratio, the world or the fit's quality.
-The fit's quality decides only how many clean pairs pass.
+Cross-fitting makes its scores a test. The images are split into folds; each fold's pairs
+are scored by the map fitted on the other folds' pairs, so no caption is scored by a map that
+saw it. For each caption the paired image is ranked among a fixed set of rival images. For a
+noisy pair the paired image is unrelated to the caption, so its rank is uniform: ``rank /
+rivals`` is a p-value, and the pairs with ``p < alpha`` let in about ``alpha`` of the noisy
+pairs whatever the noise ratio, the world or the fit's quality. The fit's quality decides only
+how many clean pairs pass. :func:`seed_selection` also keeps the selection within a
+Benjamini-Hochberg bound on its share of noisy pairs, so a weak fit selects fewer, or none.
 
 One refit sharpens it: the second fit weighs each pair by ``max(1 - 2 p, 0)`` of a first fit,
 so the pairs the first fit finds unrelated (most of the noisy ones) stop pulling the map. The
-first fit's p-values come from within the fitted half of the images alone
-(:func:`linear_pair_pvalues`), so the refit stays cross-fitted.
+first fit's p-values come from within the fitted folds alone (:func:`linear_pair_pvalues`),
+so the refit stays cross-fitted.
 
 Shapes: N pairs (captions), I images, V words, D region-feature dimensions.
 """
