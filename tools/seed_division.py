@@ -23,7 +23,7 @@ from ugncl.framework.build import open_run_data
 from ugncl.framework.cli import cli_main
 from ugncl.framework.config import load_config
 from ugncl.framework.errors import ConfigError
-from ugncl.methods.ugncl.seed import gather_seed_inputs, null_share, seed_pvalues, seed_selection
+from ugncl.methods.ugncl.seed import null_share, seed_selection, training_pair_pvalues
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,19 +48,17 @@ def seed_report(config: Any, seed: int) -> dict[str, Any]:
     settings = config.method.ugncl
     train = open_run_data(config).training_data()
     start = time.perf_counter()
-    inputs = gather_seed_inputs(
+    pvalues = training_pair_pvalues(
         lambda indices: train.collate([train.dataset[int(i)] for i in indices]),
         train.num_samples,
         batch_size=256,
+        seed=seed,
     )
-    if inputs is None:
+    if pvalues is None:
         raise ConfigError(
             f"the seed division needs region features; model.backbone={config.model.backbone} "
             "trains on pixels (use an SGRAF config)"
         )
-    captions, pooled, image_index = inputs
-    vocab_size = 1 + max(int(c.max()) for c in captions if len(c))
-    pvalues = seed_pvalues(captions, vocab_size, pooled, image_index, seed=seed)
     chosen = seed_selection(pvalues, settings.seed_alpha, settings.seed_fdr)
     clean = np.asarray(train.clean, dtype=bool)
     report = {

@@ -43,12 +43,7 @@ from ugncl.methods.ugncl.losses import (
     ugncl_objective,
     warmup_objective,
 )
-from ugncl.methods.ugncl.seed import (
-    gather_seed_inputs,
-    null_share,
-    seed_pvalues,
-    seed_selection,
-)
+from ugncl.methods.ugncl.seed import null_share, seed_selection, training_pair_pvalues
 from ugncl.methods.ugncl.start import (
     division_agreement,
     label_logits,
@@ -467,16 +462,13 @@ class UGNCLMethod(Method):
         """The seed's p-values over the training pairs (None on raw images)."""
         if ctx.fetch is None:
             raise RuntimeError("method.ugncl.seed=linear needs MethodContext.fetch")
-        inputs = gather_seed_inputs(ctx.fetch, ctx.num_samples, ctx.batch_size)
-        if inputs is None:
+        pvalues = training_pair_pvalues(ctx.fetch, ctx.num_samples, ctx.batch_size, ctx.seed)
+        if pvalues is None:
             logger.warning(
                 "method.ugncl.seed=linear needs region features; these images are pixels, so "
                 "the model's own division starts as method.ugncl.division_start says"
             )
             return None
-        captions, pooled, image_index = inputs
-        vocab_size = 1 + max((int(c.max()) for c in captions if len(c)), default=0)
-        pvalues = seed_pvalues(captions, vocab_size, pooled, image_index, seed=ctx.seed)
         if not seed_selection(pvalues, self.seed_alpha, self.seed_fdr).any():
             logger.warning(
                 "the seed division selects no pair at method.ugncl.seed_fdr=%s (the linear fit "

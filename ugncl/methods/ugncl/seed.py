@@ -45,6 +45,7 @@ __all__ = [
     "pair_pvalues",
     "seed_pvalues",
     "seed_selection",
+    "training_pair_pvalues",
 ]
 
 
@@ -335,3 +336,26 @@ def gather_seed_inputs(
     if pooled is None:  # no sample at all
         return None
     return captions, pooled, image_index
+
+
+def training_pair_pvalues(
+    fetch: Callable[[np.ndarray], PairBatch], num_samples: int, batch_size: int, seed: int
+) -> np.ndarray | None:
+    """The seed's p-values of every training pair, read through ``fetch``
+    (:func:`gather_seed_inputs`, then :func:`seed_pvalues`).
+
+    Args:
+        fetch: ``fetch(indices (K,)) -> PairBatch`` of the training samples.
+        num_samples: N.
+        batch_size: samples per fetch.
+        seed: the run's seed (folds, rivals, the randomised SVD).
+
+    Returns:
+        ``(N,)`` p-values; None where the images are not region features.
+    """
+    inputs = gather_seed_inputs(fetch, num_samples, batch_size)
+    if inputs is None:
+        return None
+    captions, pooled, image_index = inputs
+    vocab_size = 1 + max((int(c.max()) for c in captions if len(c)), default=0)
+    return seed_pvalues(captions, vocab_size, pooled, image_index, seed=seed)
