@@ -90,8 +90,9 @@ def image_components(pooled: np.ndarray, rank: int = 64, seed: int = 0) -> np.nd
     Returns:
         ``(I, rank)`` float64.
     """
-    x = torch.as_tensor(np.asarray(pooled), dtype=torch.float64)
-    x = (x - x.mean(0)) / (x.std(0) + 1e-9)
+    x = torch.tensor(np.asarray(pooled), dtype=torch.float64)  # a copy, standardised in place
+    mean, std = x.mean(0), x.std(0)
+    x.sub_(mean).div_(std + 1e-9)
     q = min(rank, *x.shape)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
@@ -122,7 +123,11 @@ def fit_text_to_image(
 
 
 def pair_pvalues(
-    predicted: np.ndarray, images: np.ndarray, paired: np.ndarray, rivals: np.ndarray
+    predicted: np.ndarray,
+    images: np.ndarray,
+    paired: np.ndarray,
+    rivals: np.ndarray,
+    block: int = 8192,
 ) -> np.ndarray:
     """Each caption's paired image ranked among rival images by cosine similarity.
 
@@ -131,6 +136,7 @@ def pair_pvalues(
         images: ``(I, r)`` image vectors (compared by cosine).
         paired: ``(n,)`` each caption's paired image.
         rivals: ``(M,)`` the rival images (the paired one among them is skipped).
+        block: captions compared at once (bounds the memory, not the result).
 
     Returns:
         ``(n,)`` p-values ``(1 + #rivals at or above the paired image) / (M + 1)``, in
@@ -140,12 +146,20 @@ def pair_pvalues(
     p = p / p.norm(dim=1, keepdim=True).clamp_min(1e-12)
     im = torch.as_tensor(images)
     im = im / im.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    own = (p * im[torch.as_tensor(paired)]).sum(1, keepdim=True)
+    paired_t = torch.as_tensor(paired)
     riv = torch.as_tensor(rivals)
-    # Ties count against the pair: a caption the map cannot place (a zero prediction, all
-    # its words unseen by the fit) must not get the smallest p-value.
-    above = (p @ im[riv].T >= own) & (riv[None, :] != torch.as_tensor(paired)[:, None])
-    return ((1.0 + above.sum(1).double()) / (len(rivals) + 1.0)).numpy()
+    rival_images = im[riv].T
+    counts = torch.empty(len(p), dtype=torch.float64)
+    # In blocks of captions: an (n, M) similarity matrix at COCO's size (140k captions a fold)
+    # would take over a gigabyte.
+    for start in range(0, len(p), block):
+        rows = slice(start, start + block)
+        own = (p[rows] * im[paired_t[rows]]).sum(1, keepdim=True)
+        # Ties count against the pair: a caption the map cannot place (a zero prediction, all
+        # its words unseen by the fit) must not get the smallest p-value.
+        above = (p[rows] @ rival_images >= own) & (riv[None, :] != paired_t[rows, None])
+        counts[rows] = above.sum(1).double()
+    return ((1.0 + counts) / (len(rivals) + 1.0)).numpy()
 
 
 def _fit_and_score(

@@ -19,6 +19,7 @@ from ugncl.methods.ugncl.seed import (
     image_components,
     linear_pair_pvalues,
     null_share,
+    pair_pvalues,
     seed_pvalues,
     seed_selection,
 )
@@ -103,6 +104,16 @@ def test_the_selection_is_mostly_clean_and_empty_for_a_fit_that_says_nothing(
     # Uniform p-values (no related pair at all): nothing passes.
     uniform = np.random.default_rng(1).random(5000)
     assert not seed_selection(uniform, alpha=0.02, fdr=0.1).any()
+
+
+def test_pair_pvalues_do_not_depend_on_the_block_size() -> None:
+    rng = np.random.default_rng(2)
+    predicted, images = rng.normal(size=(37, 8)), rng.normal(size=(20, 8))
+    paired, rivals = rng.integers(0, 20, 37), np.arange(20)
+    whole = pair_pvalues(predicted, images, paired, rivals, block=1000)
+    np.testing.assert_array_equal(pair_pvalues(predicted, images, paired, rivals, block=5), whole)
+    # (1 + rivals at or above the pair) / (M + 1), the pair's own image never counted.
+    assert whole.min() >= 1 / 21 and whole.max() <= 20 / 21
 
 
 def test_cross_fitting_keeps_a_memorisable_pair_at_chance() -> None:
