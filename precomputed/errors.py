@@ -2,7 +2,7 @@
 
 Every exception here is a :class:`UserError`: its message names the file or setting, the
 problem and the fix, and the tools turn it into one ``error: ...`` line and exit code 2
-(``ugncl.framework.cli.cli_main``). It lives in the leaf package ``precomputed`` (no imports) so
+(``ugncl.run.cli.cli_main``). It lives in the leaf package ``precomputed`` (no imports) so
 that
 ``sgraf`` and ``ugncl`` can both raise and catch the same classes without breaking the
 dependency direction ``tools -> ugncl -> sgraf, precomputed``.
@@ -46,3 +46,7 @@ class CheckpointError(UserError, ValueError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """No checkpoint file at the given path."""
+
+
+class MissingDataError(DataNotFoundError):
+    """Data a config points to is not there; the message lists what was looked for."""

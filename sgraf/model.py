@@ -40,7 +40,7 @@ __all__ = [
 class SGRAF(nn.Module):
     """SGRAF (SGR or SAF head) with W image views; W = 2 is the UGNCL network.
 
-    Implements the package's similarity-model interface (``ugncl.framework.similarity``) without
+    Implements the package's similarity-model interface (``ugncl.core.similarity``) without
     importing it: ``encode_images`` -> (W, n, R, E) (images on axis 1, ``image_axis``),
     ``encode_captions`` -> (n, L, E), ``score`` -> raw (W, n_img, n_cap), ``score_all_pairs``,
     ``unit_scores`` (the identity: no temperature).

@@ -20,7 +20,6 @@ from sgraf.functional import caption_words, word_mask
 
 if TYPE_CHECKING:
     from sgraf.head import SimilarityHead
-    from sgraf.model import SGRAF
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20
 
@@ -323,9 +322,25 @@ class _RowWindow:
         self.pieces, self.start = kept, a
 
 
+class PairScoringNetwork(Protocol):
+    """What :func:`score_all_pairs` reads of the network (:class:`sgraf.model.SGRAF` has it;
+    named structurally so that this module does not import the model that imports it)."""
+
+    num_views: int
+    num_regions: int
+    sim_enc: SimilarityHead
+    training: bool
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def eval(self) -> PairScoringNetwork: ...
+
+    def train(self, mode: bool = True) -> PairScoringNetwork: ...
+
+
 @torch.no_grad()
 def score_all_pairs(
-    model: SGRAF,
+    model: PairScoringNetwork,
     img_emb: Tensor | ImageSource,
     cap_emb: Tensor,
     lengths: Tensor,
@@ -427,7 +442,7 @@ def blocked_all_pairs(
     The blocking (how large, in which order, what a block costs) is the backbone's: SGRAF
     plans its head's working set and streams images (:func:`score_all_pairs`), a backbone
     whose score is a product of embeddings cuts the captions by the budget
-    (``ugncl.framework.similarity.SimilarityModel.score_all_pairs``). It lives here because
+    (``ugncl.core.similarity.SimilarityModel.score_all_pairs``). It lives here because
     ``sgraf`` is the lowest layer: ``ugncl`` imports it, never the reverse.
 
     Args:

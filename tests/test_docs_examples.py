@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ugncl.framework.build import BACKBONES
-from ugncl.framework.config import load_config
-from ugncl.framework.engine.recorder import read_metrics
-from ugncl.framework.training import train
+from ugncl.core.engine.recorder import read_metrics
 from ugncl.methods import METHODS, MethodSpec
+from ugncl.run.build import BACKBONES
+from ugncl.run.config import load_config
+from ugncl.run.training import train
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
 

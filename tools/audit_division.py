@@ -3,7 +3,7 @@
 Divides the run's training pairs with its checkpoint (eval mode, the run's division rule and
 batch size, Eq. 16's lambda at the checkpoint's step) twice, in the same batches: as trained
 (the run's ``noise_index.npy``), and with every noisy caption re-paired with an image it was
-never trained with (``ugncl.methods.ugncl.division_audit``). Prints the noise-detection F1 of both
+never trained with (``ugncl.run.division_audit``). Prints the noise-detection F1 of both
 and the
 share of noisy pairs kept as clean: what rises from the fresh row to the trained one is what
 the model memorised. Works on any UGNCL run of the precomputed track (synthetic world,
@@ -41,19 +41,19 @@ from precomputed.dataset import PrecomputedSplit
 from precomputed.errors import UserError
 from precomputed.noise import load_noise_index
 from precomputed.synthetic.places import PLACE_CLAIM_NAMES, read_place_claims
-from ugncl.framework.build import build_method, model_from_checkpoint, open_run_data
-from ugncl.framework.cli import cli_main
-from ugncl.framework.config import ConfigError
-from ugncl.framework.engine.checkpoint import load_checkpoint
-from ugncl.framework.engine.device import select_device
-from ugncl.framework.training import load_resume_config
+from ugncl.core.engine.checkpoint import load_checkpoint
+from ugncl.core.engine.device import select_device
 from ugncl.methods.ugncl.division import BatchDivision
-from ugncl.methods.ugncl.division_audit import (
+from ugncl.run.build import build_method, model_from_checkpoint, open_run_data
+from ugncl.run.cli import cli_main
+from ugncl.run.config import ConfigError
+from ugncl.run.division_audit import (
     audit_division,
     divide_split,
     label_separation,
     soft_labels_split,
 )
+from ugncl.run.training import load_resume_config
 
 __all__ = ["main"]
 

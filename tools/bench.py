@@ -68,7 +68,7 @@ from torch.nn import functional as F
 
 from sgraf.functional import l1norm, l2norm
 from sgraf.model import SGRAF, score_all_pairs
-from ugncl.framework.cli import cli_main
+from ugncl.run.cli import cli_main
 
 
 # ----------------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def bench_eval_memory(args: argparse.Namespace) -> dict:
     from precomputed.dataset import open_split
     from precomputed.vocab import load_vocab
     from sgraf.scoring import IMAGE_CHUNK
-    from ugncl.framework.evaluation import encode_split
+    from ugncl.core.evaluation import encode_split
 
     torch.manual_seed(0)
     vocab = load_vocab(args.data / "vocab.json")
@@ -464,7 +464,7 @@ def epoch_cpu_seconds():
     (``Trainer._run_epoch`` minus its validation and checkpoint): on a shared machine the
     wall clock measures the neighbours' load as much as the method, CPU time does not (with
     ``train.threads=1`` and ``data.num_workers=0`` it is the one thread's work)."""
-    from ugncl.framework.engine.trainer import Trainer
+    from ugncl.core.engine.trainer import Trainer
 
     seconds: list[float] = []
     excluded = [0.0]
@@ -507,9 +507,9 @@ def bench_methods(args: argparse.Namespace) -> dict:
     import statistics
     import tempfile
 
-    from ugncl.framework.config import load_config
-    from ugncl.framework.engine.recorder import read_metrics
-    from ugncl.framework.training import train
+    from ugncl.core.engine.recorder import read_metrics
+    from ugncl.run.config import load_config
+    from ugncl.run.training import train
 
     runs: dict[str, list[dict]] = {m: [] for m in args.methods}
     with tempfile.TemporaryDirectory() as out:
@@ -553,17 +553,17 @@ def bench_method_steps(args: argparse.Namespace) -> dict:
     its setup and first ``on_epoch_start``; the first step is a warm-up and not counted."""
     import tempfile
 
-    from ugncl.framework.build import (
+    from ugncl.core.engine.context import StepContext
+    from ugncl.core.engine.device import select_precision
+    from ugncl.core.engine.recorder import MetricsRecorder
+    from ugncl.core.engine.trainer import Trainer
+    from ugncl.run.build import (
         build_method,
         build_model,
         build_optimizer_and_schedule,
         open_run_data,
     )
-    from ugncl.framework.config import load_config
-    from ugncl.framework.engine.context import StepContext
-    from ugncl.framework.engine.device import select_precision
-    from ugncl.framework.engine.recorder import MetricsRecorder
-    from ugncl.framework.engine.trainer import Trainer
+    from ugncl.run.config import load_config
 
     torch.set_num_threads(args.threads)
     cpu = torch.device("cpu")

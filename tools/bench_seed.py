@@ -24,8 +24,8 @@ import time
 import numpy as np
 import torch
 
-from ugncl.framework.cli import cli_main
 from ugncl.methods.ugncl.seed import null_share, seed_pvalues, seed_selection
+from ugncl.run.cli import cli_main
 
 # Training images and captions per image of the released splits (NCR's precomputed features).
 PRESETS = {"flickr30k": (29000, 5), "coco": (113287, 5), "cc152k": (150000, 1)}

@@ -11,7 +11,7 @@ from precomputed.captions import read_captions
 from precomputed.errors import DataFormatError
 from precomputed.layout import locate_split
 from precomputed.vocab import build_vocab
-from ugncl.framework.cli import check_new_file, cli_main
+from ugncl.run.cli import check_new_file, cli_main
 
 
 @cli_main

@@ -6,7 +6,7 @@ Read finished runs (folders written by ``tools/train.py``)::
     python tools/compare.py runs/compare/* --format csv
 
 Train each config x seed into ``OUT/<config>-s<seed>`` (in this process, through the same
-``ugncl.framework.training.train`` as ``tools/train.py``; a finished run is reused, an unfinished
+``ugncl.run.training.train`` as ``tools/train.py``; a finished run is reused, an unfinished
 one
 resumed), then print the table with one mean row per config and write it to
 ``OUT/compare.<md|csv|json>``::
@@ -56,8 +56,9 @@ import sys
 from pathlib import Path
 
 from precomputed.errors import InvalidSettingError
-from ugncl.framework.cli import check_writable, cli_main
-from ugncl.framework.compare import (
+from ugncl.core.engine.recorder import read_metrics, setup_logging
+from ugncl.run.cli import check_writable, cli_main
+from ugncl.run.compare import (
     FORMATS,
     add_cost_ratio,
     check_same_noise,
@@ -67,8 +68,7 @@ from ugncl.framework.compare import (
     run_labels,
     train_or_resume,
 )
-from ugncl.framework.config import load_config
-from ugncl.framework.engine.recorder import read_metrics, setup_logging
+from ugncl.run.config import load_config
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
 
@@ -179,9 +179,9 @@ def ensure_world(options: str) -> tuple[Path, Path | None]:
 
 
 def run_plan_and_report(args: argparse.Namespace) -> int:
-    from ugncl.framework.compare_grid import DEFAULT as DEFAULT_PLAN
-    from ugncl.framework.compare_grid import FULL, cell_state, default_plan, plan_rows, run_plan
-    from ugncl.framework.compare_report import write_report
+    from ugncl.run.compare_grid import DEFAULT as DEFAULT_PLAN
+    from ugncl.run.compare_grid import FULL, cell_state, default_plan, plan_rows, run_plan
+    from ugncl.run.compare_report import write_report
 
     world, weights = ensure_world(args.world)
     if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name

@@ -16,7 +16,7 @@ import argparse
 import json
 
 from sgraf.checkpoint import load_released_checkpoint, save_model_file
-from ugncl.framework.cli import check_writable, cli_main
+from ugncl.run.cli import check_writable, cli_main
 
 
 @cli_main

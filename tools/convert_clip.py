@@ -14,7 +14,7 @@ import argparse
 import json
 
 from ugncl.backbones.clip.loading import convert_torchscript
-from ugncl.framework.cli import check_writable, cli_main
+from ugncl.run.cli import check_writable, cli_main
 
 
 @cli_main

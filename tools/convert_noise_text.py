@@ -28,7 +28,7 @@ from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.image_layout import read_image_ids
 from precomputed.noise import clean_image_index, load_noise_index, noise_sha256, save_noise_index
 from precomputed.noise_text import caption_index_to_noisy_text, read_noisy_caption_index
-from ugncl.framework.cli import check_writable, cli_main
+from ugncl.run.cli import check_writable, cli_main
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -39,11 +39,11 @@ from precomputed.noise import clean_image_index
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.oracle import oracle_scores
 from precomputed.synthetic.world import read_scenes
-from ugncl.framework.cli import check_writable, cli_main
-from ugncl.framework.config import load_config
-from ugncl.framework.engine.recorder import read_metrics
-from ugncl.framework.metrics import retrieval_metrics
-from ugncl.framework.training import train, train_log_only
+from ugncl.core.engine.recorder import read_metrics
+from ugncl.core.metrics import retrieval_metrics
+from ugncl.run.cli import check_writable, cli_main
+from ugncl.run.config import load_config
+from ugncl.run.training import train, train_log_only
 
 __all__ = ["RUNS", "main"]
 

@@ -20,14 +20,20 @@ from pathlib import Path
 import torch
 
 from precomputed.errors import InvalidSettingError
-from ugncl.backbones.sgraf.data import as_eval_data
-from ugncl.framework.build import BACKBONES, build_method, check_checkpoint, model_from_file
-from ugncl.framework.cli import check_writable, cli_main
-from ugncl.framework.config import Config, ConfigError, DataConfig, build_config, choices
-from ugncl.framework.engine import distributed
-from ugncl.framework.engine.device import select_device
-from ugncl.framework.evaluation import PROTOCOLS, default_protocol, evaluate_models, metric_table
-from ugncl.framework.metrics import TIE_RULES
+from ugncl.core.config import Config, DataConfig
+from ugncl.core.engine import distributed
+from ugncl.core.engine.device import select_device
+from ugncl.core.evaluation import (
+    PROTOCOLS,
+    as_eval_data,
+    default_protocol,
+    evaluate_models,
+    metric_table,
+)
+from ugncl.core.metrics import TIE_RULES
+from ugncl.run.build import BACKBONES, build_method, check_checkpoint, model_from_file
+from ugncl.run.cli import check_writable, cli_main
+from ugncl.run.config import ConfigError, build_config, choices
 
 COCO_TESTALL_IMAGES = 5000
 

@@ -108,7 +108,7 @@ def make_world(root: Path) -> tuple[Path, Path]:
 
 
 def run_config(method: str, backbone: str, world: Path, weights: Path, device: str) -> Any:
-    from ugncl.framework.config import load_config
+    from ugncl.run.config import load_config
 
     common = [
         f"data.root={world}", "data.noise_ratio=0.5", "data.dev_images=12",
@@ -136,9 +136,9 @@ def run_config(method: str, backbone: str, world: Path, weights: Path, device: s
 def sgraf_init(world: Path, sets: list[str]) -> Path:
     """An SGRAF training checkpoint of the sizes ``sets`` configure (the starting weights),
     written once per world: the ``model.sgraf.init`` of the warm-started cells."""
-    from ugncl.framework.build import build_model, open_run_data
-    from ugncl.framework.config import load_config
-    from ugncl.framework.engine.checkpoint import save_checkpoint
+    from ugncl.core.engine.checkpoint import save_checkpoint
+    from ugncl.run.build import build_model, open_run_data
+    from ugncl.run.config import load_config
 
     path = world / "sgraf-init.pt"
     if not path.is_file():
@@ -153,17 +153,18 @@ def sgraf_init(world: Path, sets: list[str]) -> Path:
 
 def check_steps(method: str, backbone: str, world: Path, weights: Path, args) -> Row:
     """Setup, epoch start and ``args.steps`` trainer steps of ``method`` on ``backbone``."""
-    from ugncl.framework.build import (
+    from ugncl.backbones.registry import REGISTRY_SERVICES
+    from ugncl.core.engine.context import StepContext
+    from ugncl.core.engine.device import select_device, select_precision
+    from ugncl.core.engine.trainer import Trainer
+    from ugncl.run.build import (
         build_method,
         build_model,
         build_optimizer_and_schedule,
         method_backbone_error,
         open_run_data,
     )
-    from ugncl.framework.engine.context import StepContext
-    from ugncl.framework.engine.device import select_device, select_precision
-    from ugncl.framework.engine.trainer import Trainer
-    from ugncl.framework.training import NullRecorder
+    from ugncl.run.training import NullRecorder
 
     config = run_config(method, backbone, world, weights, args.device)
     torch.manual_seed(0)
@@ -176,7 +177,9 @@ def check_steps(method: str, backbone: str, world: Path, weights: Path, args) ->
     if refused:  # the cell the trainer refuses (docs/comparison.md): said, not trained
         return Row("step", f"{method} x {backbone}", "refused", note=refused[:160])
     method_obj = build_method(config, model, train_data.num_samples)
-    method_obj.bind_data(config, data)  # OSA opens its estimator's view of the pairs here
+    method_obj.bind_data(
+        config, data, REGISTRY_SERVICES
+    )  # OSA opens its estimator's view of the pairs here
     steps_per_epoch = train_data.num_samples // config.train.batch_size
     optimizer, schedule = build_optimizer_and_schedule(
         config, model, method_obj, steps_per_epoch, data=data
@@ -213,9 +216,9 @@ def check_steps(method: str, backbone: str, world: Path, weights: Path, args) ->
 
 def check_eval(backbone: str, world: Path, weights: Path, args) -> Row:
     """``evaluate_models`` on the tiny dev split: encode, score all pairs, rank."""
-    from ugncl.framework.build import build_model, open_run_data
-    from ugncl.framework.engine.device import select_device
-    from ugncl.framework.evaluation import evaluate_models
+    from ugncl.core.engine.device import select_device
+    from ugncl.core.evaluation import evaluate_models
+    from ugncl.run.build import build_model, open_run_data
 
     method = "ugncl" if backbone == "sgraf" else "clip"
     config = run_config(method, backbone, world, weights, args.device)
@@ -236,7 +239,7 @@ def check_eval(backbone: str, world: Path, weights: Path, args) -> Row:
 def bench_sgraf_step(args) -> Row:
     """One SGRAF triplet training step at the paper's sizes (toy sizes with --quick)."""
     from sgraf.model import SGRAF
-    from ugncl.framework.engine.device import select_precision
+    from ugncl.core.engine.device import select_precision
     from ugncl.methods.ugncl.losses import triplet_objective
 
     device = torch.device(args.device)
@@ -300,7 +303,7 @@ def bench_clip(args) -> Row:
     """CLIP training pairs/s (symmetric InfoNCE, fused AdamW, amp auto), random weights."""
     from ugncl.backbones.clip.adapter import build_clip
     from ugncl.backbones.clip.models import TINY_MODEL
-    from ugncl.framework.engine.device import select_precision
+    from ugncl.core.engine.device import select_precision
     from ugncl.methods.infonce import clip_loss
 
     device = torch.device(args.device)

@@ -34,7 +34,7 @@ from precomputed.noise import (
     read_noise_file,
     save_noise_index,
 )
-from ugncl.framework.cli import check_new_file, cli_main
+from ugncl.run.cli import check_new_file, cli_main
 
 
 @cli_main

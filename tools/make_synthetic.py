@@ -21,7 +21,7 @@ from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.generators import GENERATORS
 from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
 from precomputed.synthetic.writer import redraw_nuisance
-from ugncl.framework.cli import check_writable, cli_main
+from ugncl.run.cli import check_writable, cli_main
 
 
 def build_parser() -> argparse.ArgumentParser:

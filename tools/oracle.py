@@ -17,7 +17,7 @@ from precomputed.noise import clean_image_index
 from precomputed.synthetic import CAPTIONS_PER_IMAGE, DATASET_NAME
 from precomputed.synthetic.oracle import oracle_scores
 from precomputed.synthetic.world import read_scenes
-from ugncl.framework.metrics import METRIC_KEYS, retrieval_metrics
+from ugncl.core.metrics import METRIC_KEYS, retrieval_metrics
 
 __all__ = ["main", "oracle_metrics"]
 
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Exact-scene oracle of a synthetic split: rank by how many of a caption's noun "
             "phrases (with colour, size, position) and scene word the scene satisfies, ties "
-            "broken by a fixed seeded jitter; prints rSum and R@K (ugncl.framework.metrics)."
+            "broken by a fixed seeded jitter; prints rSum and R@K (ugncl.core.metrics)."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

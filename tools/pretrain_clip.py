@@ -24,7 +24,7 @@ from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
 from ugncl.backbones.clip.loading import WeightsError
 from ugncl.backbones.clip.models import TINY_MODEL
 from ugncl.backbones.clip.pretrain import PretrainConfig, pretrain_on_world
-from ugncl.framework.cli import check_writable, cli_main
+from ugncl.run.cli import check_writable, cli_main
 
 DEFAULT_NAME = f"clip/{TINY_MODEL}-pretrained.pt"
 

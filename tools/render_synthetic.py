@@ -21,7 +21,7 @@ from precomputed.synthetic.render import (
     render_scene,
     write_clip_images,
 )
-from ugncl.framework.cli import check_writable, cli_main
+from ugncl.run.cli import check_writable, cli_main
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from ugncl.framework.build import open_run_data
-from ugncl.framework.cli import cli_main
-from ugncl.framework.config import load_config
-from ugncl.framework.errors import ConfigError
+from ugncl.core.errors import ConfigError
 from ugncl.methods.ugncl.seed import null_share, seed_selection, training_pair_pvalues
+from ugncl.run.build import open_run_data
+from ugncl.run.cli import cli_main
+from ugncl.run.config import load_config
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

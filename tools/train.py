@@ -15,9 +15,9 @@ import argparse
 import os
 from pathlib import Path
 
-from ugncl.framework.cli import cli_main
-from ugncl.framework.config import load_config
-from ugncl.framework.training import load_resume_config, train
+from ugncl.run.cli import cli_main
+from ugncl.run.config import load_config
+from ugncl.run.training import load_resume_config, train
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,6 +1,6 @@
 """Write ``configs/base.yaml`` from the config dataclasses: ``python tools/write_base_config.py``.
 
-The dataclasses (``ugncl/framework/config.py`` and each backbone's and method's section) hold
+The dataclasses (``ugncl/run/config.py`` and each backbone's and method's section) hold
 every default; ``configs/base.yaml`` is their written form for readers, with each key's comment
 and its allowed values. Run this after changing a default, a field comment or a registry
 (``--check`` exits 1 when the file is out of date, as the test suite does).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ugncl.framework.cli import cli_main
-from ugncl.framework.config import DEFAULT_BASE, defaults_yaml
+from ugncl.run.cli import cli_main
+from ugncl.run.config import DEFAULT_BASE, defaults_yaml
 
 
 @cli_main

@@ -19,7 +19,7 @@ on the default test split is 46.4, below a trained model's; with the difference 
 Relations between objects are not checked (they follow from the positions). Scores are small
 integers, so many pairs tie; ties are broken by a fixed pseudo-random jitter in [0, 0.5) per
 pair (seeded, independent of the order of images and captions), which neither favours nor
-penalises the ground truth. The result is a score matrix for :mod:`ugncl.framework.metrics`-style
+penalises the ground truth. The result is a score matrix for :mod:`ugncl.core.metrics`-style
 evaluation: how well a model that recovered every scene exactly could rank this split,
 given how partial and ambiguous the captions are.
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ugncl.framework.compare import mean_row, summarize_run, wall_seconds
+from ugncl.run.compare import mean_row, summarize_run, wall_seconds
 
 
 def _test_records(

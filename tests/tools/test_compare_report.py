@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ugncl.framework.compare import CompareError, check_same_noise
-from ugncl.framework.compare_grid import Cell, _command, cell_state, default_plan
-from ugncl.framework.compare_report import PLOTS, write_report
+from ugncl.run.compare import CompareError, check_same_noise
+from ugncl.run.compare_grid import Cell, _command, cell_state, default_plan
+from ugncl.run.compare_report import PLOTS, write_report
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
@@ -78,7 +78,7 @@ def fixture_runs(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
 
 def test_report_from_fixture_runs(fixture_runs, tool, capsys) -> None:
     root, runs = fixture_runs
-    from ugncl.framework.compare import read_run
+    from ugncl.run.compare import read_run
 
     rows = [read_run(p) for p in runs.values()]
     records = {r["run"]: [json.loads(x) for x in (root / r["run"] / "metrics.jsonl").read_text()

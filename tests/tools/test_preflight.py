@@ -52,7 +52,7 @@ def test_yaml_tag_in_set_is_one_error_line(tool, capsys):
 
 
 def test_config_outside_configs_with_documented_base(tmp_path):
-    from ugncl.framework.config import load_config
+    from ugncl.run.config import load_config
 
     path = tmp_path / "mine.yaml"
     path.write_text("_base_: base.yaml\ntrain:\n  epochs: 3\n")
@@ -150,7 +150,7 @@ def test_failed_setup_resumes_with_the_fixed_setting(tool, clip_world, tmp_path,
 
 def test_ctrl_c_names_the_resume_command(tool, tiny_world, tiny_model, tmp_path, monkeypatch,
                                          capsys):  # fmt: skip
-    from ugncl.framework.engine.trainer import Trainer
+    from ugncl.core.engine.trainer import Trainer
 
     def interrupted(self, batch, step):
         raise KeyboardInterrupt
@@ -193,9 +193,9 @@ def test_clip_training_checkpoint_is_accepted_as_pretrained(tmp_path):
 
 def test_preflight_changes_no_weight_buffer_or_random_state(tiny_world, tiny_model, tmp_path):
     from tests.tools.test_train import tiny_overrides as overrides
-    from ugncl.framework.build import build_model, open_run_data
-    from ugncl.framework.config import load_config
-    from ugncl.framework.training import preflight
+    from ugncl.run.build import build_model, open_run_data
+    from ugncl.run.config import load_config
+    from ugncl.run.training import preflight
 
     config, _ = load_config("ugncl_synthetic", overrides(tiny_world, tmp_path, "p", tiny_model))
     data = open_run_data(config)

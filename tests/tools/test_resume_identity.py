@@ -12,7 +12,7 @@ import yaml
 
 from precomputed.noise import save_noise_index
 from tests.tools.test_train import tiny_overrides
-from ugncl.framework.engine.checkpoint import load_checkpoint
+from ugncl.core.engine.checkpoint import load_checkpoint
 
 
 @pytest.fixture

@@ -254,7 +254,7 @@ def test_existing_output_needs_force(tool, tiny_world, tmp_path, capsys, name) -
 
 def test_worker_traceback_becomes_its_last_line() -> None:
     from precomputed.errors import DataFormatError
-    from ugncl.framework.cli import error_line
+    from ugncl.run.cli import error_line
 
     err = DataFormatError(
         "Caught DataFormatError in DataLoader worker process 0.\n"

@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
-from ugncl.framework.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ugncl.framework.engine.recorder import read_metrics
-from ugncl.framework.engine.trainer import checkpoint_for_test
+from ugncl.core.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ugncl.core.engine.recorder import read_metrics
+from ugncl.core.engine.trainer import checkpoint_for_test
 
 
 @pytest.fixture

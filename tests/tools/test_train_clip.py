@@ -13,7 +13,7 @@ import torch
 
 from precomputed.noise import noise_sha256
 from tests.conftest import write_tiny_clip_world
-from ugncl.framework.engine.recorder import read_metrics
+from ugncl.core.engine.recorder import read_metrics
 
 IMAGE_SIZE, CONTEXT = 32, 24
 

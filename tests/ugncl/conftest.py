@@ -11,8 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from ugncl.backbones.sgraf.experiment import open_training_data
-from ugncl.framework.build import BACKBONES, BackboneSpec
-from ugncl.framework.similarity import SimilarityModel
+from ugncl.core.similarity import SimilarityModel
+from ugncl.run.build import BACKBONES, BackboneSpec
 
 
 # ---------------------------------------------------------------- a test-only backbone

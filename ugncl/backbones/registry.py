@@ -1,6 +1,6 @@
 """The backbone registry: name -> :class:`BackboneSpec` (config section, data, builders, hooks).
 
-Adding a backbone = its module (a :class:`~ugncl.framework.similarity.SimilarityModel`, a config
+Adding a backbone = its module (a :class:`~ugncl.core.similarity.SimilarityModel`, a config
 dataclass, a builder) + one line in :data:`BACKBONES`; its config section ``model.<name>``
 appears from that line. A leaf of the import graph: nothing it imports imports it back, so the
 config loader (``model.backbone`` choices, ``model.<name>`` sections), the builders and a method
@@ -31,13 +31,13 @@ from ugncl.backbones.sgraf.backbone import (
     sgraf_from_config,
 )
 from ugncl.backbones.sgraf.experiment import open_eval_split
-from ugncl.framework.data import RunData, TrainingData
-from ugncl.framework.engine.checkpoint import CheckpointError, load_checkpoint
-from ugncl.framework.errors import ConfigError
-from ugncl.framework.similarity import SimilarityModel
+from ugncl.core.data import RunData, TrainingData
+from ugncl.core.engine.checkpoint import CheckpointError, load_checkpoint
+from ugncl.core.errors import ConfigError
+from ugncl.core.similarity import SimilarityModel
 
 if TYPE_CHECKING:
-    from ugncl.framework.config import Config
+    from ugncl.core.config import Config
 
 __all__ = [
     "BACKBONES",
@@ -140,3 +140,19 @@ def open_estimator_view(
             f"use one of {offered}"
         )
     return spec.open_view(config.data, data)
+
+
+class RegistryServices:
+    """:class:`ugncl.core.method.RunServices` over the registered backbones: what the run room
+    hands a method's ``bind_data``."""
+
+    def model_from_file(self, path: str) -> SimilarityModel:
+        return model_from_file(path)[0]
+
+    def open_estimator_view(
+        self, config: Config, data: RunData
+    ) -> Callable[[SimilarityModel], TrainingData] | None:
+        return open_estimator_view(config, data)
+
+
+REGISTRY_SERVICES = RegistryServices()

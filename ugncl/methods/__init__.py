@@ -6,8 +6,8 @@ Adding a method = its module (a :class:`Method` and its config dataclass) + one 
 
 from dataclasses import dataclass
 
-from ugncl.framework.engine.context import MethodContext, StepContext
-from ugncl.methods.base import Method
+from ugncl.core.engine.context import MethodContext, StepContext
+from ugncl.core.method import Method
 from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod

@@ -17,9 +17,9 @@ from typing import ClassVar
 import numpy as np
 from torch import Tensor, nn
 
-from ugncl.framework.data import PairBatch
-from ugncl.framework.engine.context import MethodContext, StepContext
-from ugncl.methods.base import TRAIN_PAIRS, Method, section_defaults, train_pair_samples
+from ugncl.core.data import PairBatch
+from ugncl.core.engine.context import MethodContext, StepContext
+from ugncl.core.method import TRAIN_PAIRS, Method, section_defaults, train_pair_samples
 from ugncl.methods.infonce import info_nce_per_sample
 
 __all__ = ["CLIPMethod", "CLIPMethodConfig"]

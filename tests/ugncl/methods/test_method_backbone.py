@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import write_tiny_clip_world
-from ugncl.framework.engine.recorder import read_metrics
+from ugncl.core.engine.recorder import read_metrics
 
 IMAGE_SIZE, CONTEXT = 32, 24
 SGRAF = ["model.sgraf.img_dim=64", "model.sgraf.embed_dim=16", "model.sgraf.sim_dim=8",

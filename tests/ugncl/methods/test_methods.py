@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sgraf.model import SGRAF
-from ugncl.framework.data import PairBatch
+from ugncl.core.data import PairBatch
 from ugncl.methods import METHODS, CLIPMethod, StepContext, TripletMethod, UGNCLMethod
 from ugncl.methods.ugncl.losses import triplet_objective
 
@@ -70,7 +70,7 @@ def test_ugncl_warmup_step_needs_no_division_but_main_step_does(warmup_loss: str
 
 
 def test_ugncl_rejects_unknown_warmup_and_start_rules() -> None:
-    from ugncl.framework.config import ConfigError
+    from ugncl.run.config import ConfigError
 
     with pytest.raises(ConfigError, match="warmup_loss"):
         UGNCLMethod(warmup_loss="nope")
@@ -89,7 +89,7 @@ def test_kl_weight_annealing(anneal: int, epoch: int, expected: float) -> None:
 def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> None:
     """The paper's xi1 = 0.1 and tau = 0.1 in every UGNCL config (the synthetic one
     used xi1 = 0 to dodge the softplus collapse); the evidence function defaults to tanh."""
-    from ugncl.framework.config import load_config
+    from ugncl.run.config import load_config
 
     config, _ = load_config(name)
     options = config.method.ugncl
@@ -189,8 +189,8 @@ def test_hard_target_switch_reaches_the_evidential_loss() -> None:
 
 def method_context(tmp_path, *, model, clean, batches, batch_size, global_step=0):
     """A MethodContext for one UGNCL epoch start on CPU (warm-up: 1 epoch)."""
-    from ugncl.framework.engine.context import MethodContext
-    from ugncl.framework.engine.device import select_precision
+    from ugncl.core.engine.context import MethodContext
+    from ugncl.core.engine.device import select_precision
 
     cpu = torch.device("cpu")
     return MethodContext(
@@ -324,8 +324,8 @@ def test_truth_division_refuses_a_run_without_noise_flags() -> None:
     refuse instead of training on every pair as clean."""
     import numpy as np
 
-    from ugncl.framework.config import ConfigError
     from ugncl.methods.ugncl.method import truth_division
+    from ugncl.run.config import ConfigError
 
     with pytest.raises(ConfigError, match="division_source=model"):
         truth_division(np.ones(5, bool))
@@ -383,7 +383,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
 
 
 def test_training_pass_division_refuses_its_own_batch_size() -> None:
-    from ugncl.framework.config import ConfigError
+    from ugncl.run.config import ConfigError
 
     assert UGNCLMethod().division_pass == "training"
     with pytest.raises(ConfigError, match="division_batch_size"):
@@ -394,7 +394,7 @@ def test_training_pass_division_refuses_its_own_batch_size() -> None:
 
 @pytest.mark.parametrize("level", [0.0, 1.0, -0.1])
 def test_null_level_must_be_a_share(level) -> None:
-    from ugncl.framework.config import ConfigError
+    from ugncl.run.config import ConfigError
 
     with pytest.raises(ConfigError, match="null_level must be in"):
         UGNCLMethod(null_level=level)
@@ -414,7 +414,7 @@ def test_clean_pairs_oracle_visits_only_the_pairs_the_truth_keeps(tmp_path) -> N
 
 
 def test_clean_pairs_oracle_is_a_named_choice() -> None:
-    from ugncl.framework.config import ConfigError, load_config
+    from ugncl.run.config import ConfigError, load_config
 
     for name in ("triplet", "clip"):
         config, _ = load_config(f"{name}_synthetic", [f"method.{name}.train_pairs=clean"])

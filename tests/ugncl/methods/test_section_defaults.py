@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from ugncl.core.method import Method, section_defaults
 from ugncl.methods import METHODS
-from ugncl.methods.base import Method, section_defaults
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ugncl.framework.engine.checkpoint import save_checkpoint
-from ugncl.framework.similarity import SimilarityModel
+from ugncl.core.engine.checkpoint import save_checkpoint
+from ugncl.core.similarity import SimilarityModel
 
 from .loading import (
     WEIGHTS_FORMAT_KEY,

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ugncl.backbones.sgraf.experiment import training_noise
-from ugncl.framework.errors import ConfigError
+from precomputed.split import training_noise
+from ugncl.core.errors import ConfigError
 
 from .adapter import CLIPSimilarity, build_clip
 from .loading import WEIGHTS_FORMAT_KEY, WeightsError, read_weights
@@ -156,7 +156,7 @@ def open_clip_data(config: Any) -> CLIPRunData:
     pretrained_path(config.model.clip)
     data = config.data
     train = open_clip_split(data, data.train_split, max_images=data.train_images)
-    noise, source = training_noise(data, train)
+    noise, source = training_noise(data.noise_spec(), train.num_images, train.captions_per_image)
     # The index is valid by construction (built) or checked against the split (loaded).
     train = dataclasses.replace(train, image_index=np.asarray(noise, dtype=np.int64))
     dev = None

@@ -21,8 +21,8 @@ from torch import Tensor
 from precomputed.errors import DataFormatError, DataNotFoundError
 from precomputed.image_layout import ImageSplit
 
-# ugncl.framework.data.PairBatch has exactly these fields.
-from ugncl.framework.data import PairBatch, SplitTrainingData
+# ugncl.core.data.PairBatch has exactly these fields.
+from ugncl.core.data import PairBatch, SplitTrainingData
 
 __all__ = [
     "CaptionDataset",

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from precomputed.errors import UserError
-from ugncl.framework.engine.checkpoint import save_checkpoint
+from ugncl.core.engine.checkpoint import save_checkpoint
 
 __all__ = [
     "OPENAI_JIT_KEYS",

@@ -32,7 +32,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from precomputed.synthetic import CAPTIONS_PER_IMAGE, DATASET_NAME, caption_scene, sample_scenes
-from ugncl.framework.metrics import retrieval_metrics
+from ugncl.core.metrics import retrieval_metrics
 
 from .adapter import CLIPSimilarity
 

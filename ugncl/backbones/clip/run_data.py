@@ -2,7 +2,7 @@
 
 The same ``data.*`` keys as the precomputed track choose the splits, the caps
 (``train_images``, ``dev_images``) and the noise (``noise_file``, or ``noise_ratio`` +
-``noise_seed``; :func:`ugncl.backbones.sgraf.experiment.training_noise`), so one noise file drives
+``noise_seed``; :func:`precomputed.split.training_noise`), so one noise file drives
 an SGRAF run
 and a CLIP run and both ``setup`` records carry the same sha256. What differs is the folder:
 ``<data.root>/<data.name>/{images,annotations}`` in a CLIP-family layout
@@ -26,11 +26,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
-from precomputed.errors import DataNotFoundError
+from precomputed.errors import DataNotFoundError, MissingDataError
 from precomputed.image_layout import IMAGE_DATASETS, ImageSplit, open_image_split
-from ugncl.backbones.sgraf.experiment import MissingDataError, training_noise
-from ugncl.framework.data import training_split_summary
-from ugncl.framework.errors import ConfigError
+from precomputed.split import training_noise
+from ugncl.core.data import training_split_summary
+from ugncl.core.errors import ConfigError
 
 from .data import (
     CaptionDataset,
@@ -42,7 +42,7 @@ from .data import (
 )
 
 if TYPE_CHECKING:
-    from ugncl.framework.config import DataConfig
+    from ugncl.core.config import DataConfig
 
 __all__ = [
     "CLIPRunData",
@@ -98,11 +98,11 @@ def open_clip_split(data: DataConfig, split: str, *, max_images: int | None = No
 
 
 class ImageEvalData:
-    """:class:`ugncl.framework.data.EvalData` over a raw-image split.
+    """:class:`ugncl.core.data.EvalData` over a raw-image split.
 
     Captions are tokenised once (on first use) and kept as one ``(n_cap, ctx)`` tensor. Images
     are decoded in ``num_workers`` DataLoader workers: consecutive ``images(a, b)`` calls of
-    one size (what :func:`ugncl.framework.evaluation.encode_split` makes) read one stream of
+    one size (what :func:`ugncl.core.evaluation.encode_split` makes) read one stream of
     batches; any
     other call starts a new stream at ``a``.
     """
@@ -183,7 +183,7 @@ class ImageEvalData:
 
 @dataclass
 class CLIPRunData:
-    """:class:`ugncl.framework.data.RunData` of the CLIP track.
+    """:class:`ugncl.core.data.RunData` of the CLIP track.
 
     Attributes:
         config: the ``data`` section.
@@ -295,7 +295,7 @@ def open_clip_view(data: DataConfig, run: Any) -> Callable[[Any], ImageTrainingD
             f"{split.captions[differ]!r}, the run's is {captions[differ]!r}; the estimator "
             "view must hold the same captions in the same order"
         )
-    noise, _ = training_noise(cfg, split)
+    noise, _ = training_noise(cfg.noise_spec(), split.num_images, split.captions_per_image)
     if not np.array_equal(noise, run_index):
         raise ConfigError(
             f"{where}: the run's data.noise_* keys give this view another caption->image "

@@ -19,8 +19,8 @@ from ugncl.backbones.sgraf.experiment import (
     open_training_data,
     open_vocab,
 )
-from ugncl.framework.errors import ConfigError
-from ugncl.framework.similarity import SimilarityModel
+from ugncl.core.errors import ConfigError
+from ugncl.core.similarity import SimilarityModel
 
 __all__ = [
     "SGRAFConfig",
@@ -108,7 +108,7 @@ def build_sgraf(config: SGRAFConfig, data: PrecomputedRunData) -> SGRAF:
 def load_init(model: SGRAF, path: str) -> None:
     """Load the weights of the SGRAF checkpoint ``path`` into ``model`` (same sizes and
     vocabulary); marks ``model.init_from``. Errors name the file and what differs."""
-    from ugncl.framework.engine.checkpoint import CheckpointError, load_checkpoint
+    from ugncl.core.engine.checkpoint import CheckpointError, load_checkpoint
 
     try:
         state = load_checkpoint(path, map_location="cpu")

@@ -1,7 +1,7 @@
 """The precomputed track's data for a run: vocabulary, the noisy training split, dev and test.
 
-``ugncl.framework.training`` and ``tools/eval.py`` call these; nothing here parses a command line.
-Models, methods and optimisers are built by :mod:`ugncl.framework.build`.
+``ugncl.run.training`` and ``tools/eval.py`` call these; nothing here parses a command line.
+Models, methods and optimisers are built by :mod:`ugncl.run.build`.
 """
 
 from __future__ import annotations
@@ -17,21 +17,15 @@ import numpy as np
 
 from precomputed.captions import read_captions
 from precomputed.dataset import PrecomputedSplit, open_split
-from precomputed.errors import CheckpointError, DataNotFoundError
+from precomputed.errors import CheckpointError, DataNotFoundError, MissingDataError
 from precomputed.layout import locate_split
-from precomputed.noise import (
-    clean_image_index,
-    load_noise_index,
-    make_caption_noise,
-    noise_sha256,
-    save_noise_index,
-)
+from precomputed.split import training_noise
 from precomputed.vocab import Vocabulary, load_vocab
 from ugncl.backbones.sgraf.data import PrecomputedTrainingData
-from ugncl.framework.data import training_split_summary
+from ugncl.core.data import training_split_summary
 
 if TYPE_CHECKING:
-    from ugncl.framework.config import DataConfig
+    from ugncl.core.config import DataConfig
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +34,6 @@ DATA_HINT = (
     "README 'Real data') and set data.root, or run the synthetic demo: `make demo` "
     "(or `python tools/make_synthetic.py` then `python tools/train.py --cfg ugncl_synthetic.yaml`)."
 )
-
-
-class MissingDataError(DataNotFoundError):
-    """Data a config points to is not there; the message lists what was looked for."""
 
 
 def vocab_identity(vocab: Vocabulary) -> dict[str, Any]:
@@ -80,7 +70,7 @@ def check_vocab(state: dict[str, Any], vocab: Vocabulary, vocab_path: Path, wher
 
 @dataclass
 class PrecomputedRunData:
-    """:class:`ugncl.framework.data.RunData` of the precomputed track (SGRAF's builder also reads
+    """:class:`ugncl.core.data.RunData` of the precomputed track (SGRAF's builder also reads
     ``vocab`` and ``train``)."""
 
     config: DataConfig
@@ -107,7 +97,7 @@ class PrecomputedRunData:
         return math.sqrt(total / (n * regions * dim))
 
     def training_data(self) -> PrecomputedTrainingData:
-        """The training split behind the :class:`ugncl.framework.data.TrainingData` interface."""
+        """The training split behind the :class:`ugncl.core.data.TrainingData` interface."""
         return PrecomputedTrainingData(self.train)
 
     def open_test(self) -> PrecomputedSplit:
@@ -187,30 +177,7 @@ def open_training_data(data: DataConfig) -> PrecomputedRunData:
     """Vocabulary, the noisy training split and the dev subset."""
     vocab, vocab_path = open_vocab(data)
     train = open_data_split(data, data.train_split, vocab, max_images=data.train_images)
-    noise, source = training_noise(data, train)
+    noise, source = training_noise(data.noise_spec(), train.num_images, train.captions_per_image)
     train = train.with_noise(noise)
     dev = open_data_split(data, data.dev_split, vocab, max_images=data.dev_images)
     return PrecomputedRunData(data, train, dev, vocab, vocab_path, source)
-
-
-def training_noise(data: DataConfig, train: PrecomputedSplit) -> tuple[np.ndarray, str]:
-    """The caption->image index to train on: loaded from ``noise_file`` or built and seeded."""
-    if data.noise_file is not None:
-        index = load_noise_index(
-            data.noise_file,
-            num_images=train.num_images,
-            captions_per_image=train.captions_per_image,
-            fmt=data.noise_format,
-        )
-        return index, str(data.noise_file)
-    true_index = clean_image_index(train.num_images, train.captions_per_image)
-    if data.noise_ratio == 0.0:
-        return true_index, "clean (noise_ratio 0)"
-    index = make_caption_noise(true_index, data.noise_ratio, data.noise_seed)
-    return index, f"built (ratio {data.noise_ratio}, seed {data.noise_seed})"
-
-
-def record_noise(index: np.ndarray, run_dir: Path) -> str:
-    """Save the index trained on into the run directory; returns its sha256."""
-    save_noise_index(run_dir / "noise_index.npy", index)
-    return noise_sha256(index)

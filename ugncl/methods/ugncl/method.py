@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.framework.data import PairBatch
-from ugncl.framework.engine.context import MethodContext, StepContext
-from ugncl.framework.engine.distributed import merge_rows
-from ugncl.framework.errors import ConfigError
-from ugncl.framework.evaluation import eval_mode, view_reducer
-from ugncl.methods.base import Method, section_defaults
+from ugncl.core.data import PairBatch
+from ugncl.core.engine.context import MethodContext, StepContext
+from ugncl.core.engine.distributed import merge_rows
+from ugncl.core.errors import ConfigError
+from ugncl.core.evaluation import eval_mode, view_reducer
+from ugncl.core.method import Method, section_defaults
 from ugncl.methods.ugncl.division import (
     UNVISITED,
     BatchDivision,

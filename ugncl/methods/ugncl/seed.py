@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ugncl.framework.data import PairBatch
+from ugncl.core.data import PairBatch
 
 __all__ = [
     "caption_bags",

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.framework.engine.distributed import is_main_process, merge_rows
-from ugncl.framework.optim import build_optimizer
-from ugncl.methods.base import section_defaults
+from ugncl.core.engine.distributed import is_main_process, merge_rows
+from ugncl.core.method import section_defaults
+from ugncl.core.optim import build_optimizer
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import (
     as_logit_matrix,
@@ -60,7 +60,7 @@ def adamw_factory(lr: float, betas: tuple[float, float], eps: float, weight_deca
     """The siamese copy's AdamW (release settings, NPC main_NPC.py:84-89).
 
     Its weight decay exempts the parameters the run's own optimiser exempts (biases, norms,
-    embeddings, logit_scale; :func:`ugncl.framework.optim.parameter_groups`), so the copy's step is
+    embeddings, logit_scale; :func:`ugncl.core.optim.parameter_groups`), so the copy's step is
     the
     step the model would take; the release decays every parameter of both optimisers alike.
     It runs torch's fused AdamW kernel where the parameters live on a device that has one

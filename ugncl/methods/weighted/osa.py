@@ -38,11 +38,10 @@ import torch
 from torch import Tensor, nn
 
 from precomputed.errors import DataNotFoundError
-from ugncl.backbones.registry import model_from_file, open_estimator_view
-from ugncl.framework.engine.distributed import is_main_process
-from ugncl.framework.errors import ConfigError
-from ugncl.framework.optim import build_optimizer
-from ugncl.methods.base import section_defaults
+from ugncl.core.engine.distributed import is_main_process
+from ugncl.core.errors import ConfigError
+from ugncl.core.method import RunServices, section_defaults
+from ugncl.core.optim import build_optimizer
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
 from ugncl.methods.noise_detection import detection_record
@@ -125,16 +124,20 @@ def weighted_triplet(
     return total / raw.shape[0]
 
 
-def checkpoint_estimator(path: str) -> nn.Module:
+def checkpoint_estimator(path: str, load: Callable[[str], nn.Module] | None) -> nn.Module:
     """The model a training checkpoint holds, of any registered backbone, or a CLIP weights
-    file of this package."""
+    file of this package, read by ``load`` (the run room's loader)."""
     if not Path(path).is_file():
         raise DataNotFoundError(
             f"method.osa.estimator: checkpoint {path} does not exist; give a training "
             "checkpoint (runs/<name>/checkpoints/best.pt), a CLIP weights file of this package "
             "(tools/pretrain_clip.py) or null for a frozen copy of the model"
         )
-    return model_from_file(path)[0]
+    if load is None:
+        raise ConfigError(
+            "method.osa.estimator: no model loader; the run passes one through bind_data"
+        )
+    return load(path)
 
 
 @dataclass
@@ -273,18 +276,20 @@ class OSAMethod(CLIPMethod):
         if self.estimator_path is None:
             est = copy.deepcopy(model)
         else:
-            load = self.load_estimator or checkpoint_estimator
-            est = load(self.estimator_path)
+            est = checkpoint_estimator(self.estimator_path, self.load_estimator)
             est.to(next(model.parameters()).device)
         est.eval()
         est.requires_grad_(False)
         return est
 
-    def bind_data(self, config: Any, data: Any) -> None:
+    def bind_data(self, config: Any, data: Any, services: RunServices) -> None:
         """``data.estimator``: the run's training pairs in the estimator's input format (the
         raw-image view of an SGRAF run for a CLIP estimator), opened and checked against the
-        run's pairs before the run starts; nothing when it is not set."""
-        self.estimator_data = open_estimator_view(config, data)
+        run's pairs before the run starts; nothing when it is not set. The estimator
+        checkpoint is read with the run room's loader unless one was given."""
+        self.estimator_data = services.open_estimator_view(config, data)
+        if self.load_estimator is None:
+            self.load_estimator = services.model_from_file
 
     def estimator_batches(self, ctx: Any, est: nn.Module) -> Callable[..., Any] | None:
         """The pass's batches: the trainer's (None), or with ``data.estimator`` set the same

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.framework.engine.distributed import all_reduce_sum, merge_rows
-from ugncl.framework.evaluation import eval_mode
+from ugncl.core.engine.distributed import all_reduce_sum, merge_rows
+from ugncl.core.evaluation import eval_mode
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample
 from ugncl.methods.weighted.memory_bank import EmbeddingTable
 from ugncl.methods.weighted.weights import SpaceShift

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.framework.engine.distributed import is_main_process
-from ugncl.methods.base import section_defaults
+from ugncl.core.engine.distributed import is_main_process
+from ugncl.core.method import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.noise_detection import detection_record

@@ -10,10 +10,11 @@ import torch
 from precomputed.image_layout import open_image_split
 from ugncl.backbones.clip.backbone import CLIPConfig, pretrained_path
 from ugncl.backbones.clip.run_data import ImageEvalData, image_naming
-from ugncl.framework.config import ConfigError, DataConfig, ImageDataConfig
-from ugncl.framework.data import PairBatch
+from ugncl.core.config import DataConfig, ImageDataConfig
+from ugncl.core.data import PairBatch
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import clip_loss
+from ugncl.run.config import ConfigError
 
 from ....precomputed.clip_layout import image_number, write_clip_dataset
 

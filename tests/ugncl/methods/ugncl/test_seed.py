@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from ugncl.framework.data import PairBatch
-from ugncl.framework.engine.context import MethodContext
-from ugncl.framework.engine.device import select_precision
-from ugncl.framework.errors import ConfigError
+from ugncl.core.data import PairBatch
+from ugncl.core.engine.context import MethodContext
+from ugncl.core.engine.device import select_precision
+from ugncl.core.errors import ConfigError
 from ugncl.methods.ugncl.division import HARD_CLEAN, HARD_NOISY
 from ugncl.methods.ugncl.method import UGNCLMethod
 from ugncl.methods.ugncl.seed import (

@@ -176,7 +176,7 @@ def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
     ("key", "value"), [("start_agreement", 1.5), ("start_agreement", -1.0), ("start_max_wait", -1)]
 )
 def test_agreed_start_settings_out_of_range_are_config_errors(key: str, value: float) -> None:
-    from ugncl.framework.errors import ConfigError
+    from ugncl.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=key):
         UGNCLMethod(**{key: value})

@@ -12,10 +12,10 @@ from torch import Tensor, nn
 
 from sgraf.model import SGRAF
 from ugncl.backbones.clip.adapter import CLIPSimilarity
-from ugncl.framework.data import PairBatch
-from ugncl.framework.engine.context import MethodContext, StepContext
-from ugncl.framework.engine.device import select_precision
-from ugncl.framework.evaluation import EncodedSplit, score_matrix
+from ugncl.core.data import PairBatch
+from ugncl.core.engine.context import MethodContext, StepContext
+from ugncl.core.engine.device import select_precision
+from ugncl.core.evaluation import EncodedSplit, score_matrix
 from ugncl.methods.ugncl.division import CLEAN, HARD_CLEAN, HARD_NOISY, NOISY
 from ugncl.methods.ugncl.method import UGNCLMethod
 

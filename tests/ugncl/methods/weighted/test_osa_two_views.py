@@ -15,12 +15,12 @@ from precomputed.synthetic import DATASET_NAME
 from precomputed.synthetic.render import write_clip_images
 from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
 from ugncl.backbones.clip.models import TINY_MODEL
-from ugncl.framework.config import ConfigError, load_config
-from ugncl.framework.engine import trainer as trainer_module
-from ugncl.framework.engine.recorder import read_metrics
-from ugncl.framework.training import train
+from ugncl.core.engine import trainer as trainer_module
+from ugncl.core.engine.recorder import read_metrics
 from ugncl.methods.infonce import as_logit_matrix
 from ugncl.methods.weighted.memory_bank import index_digest
+from ugncl.run.config import ConfigError, load_config
+from ugncl.run.training import train
 
 TINY = [
     "data.noise_ratio=0.5", "data.dev_images=12", "data.train_images=null",

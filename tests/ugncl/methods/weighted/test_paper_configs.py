@@ -3,7 +3,7 @@ COCO's 5K dev set) and carry each method's own batch size."""
 
 import pytest
 
-from ugncl.framework.config import load_config
+from ugncl.run.config import load_config
 
 DATASETS = ("flickr", "coco", "cc120k")
 METHODS = ("clip", "npc", "sdd", "osa")

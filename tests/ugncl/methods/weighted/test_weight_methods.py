@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ugncl.framework.optim import build_optimizer
+from ugncl.core.optim import build_optimizer
 from ugncl.methods.infonce import info_nce_directions, info_nce_per_sample
 from ugncl.methods.weighted.npc import NPCMethod, adamw_factory, pair_logits
 from ugncl.methods.weighted.osa import OSAMethod

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from ugncl.framework.config import load_config
-from ugncl.framework.engine.recorder import read_metrics
-from ugncl.framework.training import train
+from ugncl.core.engine.recorder import read_metrics
+from ugncl.run.config import load_config
+from ugncl.run.training import train
 
 N = 48 * 5  # training captions of the tiny world
 

@@ -1,0 +1,85 @@
+"""One rank of a multi-process test run (started by ``test_distributed.py`` with torchrun's
+environment variables): ``python distributed_worker.py [--meanpool] [--kill-epoch E]
+-- TRAIN_ARGS``.
+
+``--meanpool`` registers the test-only CLIP-like backbone (no BatchNorm, no dropout: its
+2-process run is the 1-process run up to float rounding); ``--kill-epoch E`` makes the last
+rank kill itself with SIGKILL when epoch E starts (a lost GPU, an OOM kill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def dump_divisions(folder: Path) -> None:
+    """Save UGNCL's division after each epoch start as ``division_e{epoch}_r{rank}_w{world}``."""
+    import numpy as np
+
+    from ugncl.methods.ugncl.method import UGNCLMethod
+
+    epoch_start = UGNCLMethod.on_epoch_start
+
+    def dumped(self, ctx, epoch: int):
+        fields = epoch_start(self, ctx, epoch)
+        if self.division is not None:
+            d = self.division
+            rank, world = os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE", "1")
+            np.savez(folder / f"division_e{epoch}_r{rank}_w{world}.npz", u=d.u, u_bar=d.u_bar,
+                     soft_label=d.soft_label, sets=d.sets)  # fmt: skip
+        return fields
+
+    UGNCLMethod.on_epoch_start = dumped
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--meanpool", action="store_true")
+    parser.add_argument("--kill-epoch", type=int, default=None)
+    parser.add_argument("--dump-division", type=Path, default=None, help="folder for the "
+                        "division of each epoch start, one file per rank")  # fmt: skip
+    parser.add_argument("train_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.meanpool:
+        from ugncl.run.build import BACKBONES
+
+        BACKBONES["meanpool"] = _load(HERE.parent / "conftest.py", "ugncl_test_conftest").MEANPOOL
+    if args.kill_epoch is not None and int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1:
+        from ugncl.core.engine.trainer import Trainer
+
+        run_epoch = Trainer._run_epoch
+
+        def killed(self, epoch: int) -> None:
+            if epoch == args.kill_epoch:
+                os.kill(os.getpid(), signal.SIGKILL)
+            run_epoch(self, epoch)
+
+        Trainer._run_epoch = killed
+    if args.dump_division is not None:
+        dump_divisions(args.dump_division)
+    train = _load(REPO / "tools" / "train.py", "tools_train")
+    argv = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    return train.main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""Several processes through PyTorch DDP on the CPU (gloo, 2 ranks): the global batch's loss and
+metrics equal one process's, the whole-set division is the same on both ranks, a killed rank
+ends the job with an error line (no hang), and the job resumes exactly. Plus the sharding
+helpers in one process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from precomputed.errors import InvalidSettingError
+from ugncl.core.engine import distributed
+from ugncl.core.engine.distributed import DistEnv
+from ugncl.core.engine.recorder import read_metrics
+from ugncl.core.engine.sampling import batch_indices, epoch_order
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+REPO = Path(__file__).resolve().parents[3]
+TIMEOUT_S = 900  # per launch: generous for a loaded CI machine; a hang fails, never blocks
+
+
+# ----------------------------------------------------------------------------- one process
+def test_global_batch_must_divide_over_the_ranks() -> None:
+    assert distributed.check_global_batch(16, 2) == 8
+    assert distributed.check_global_batch(15, 1) == 15
+    with pytest.raises(InvalidSettingError, match=r"train.batch_size=15 .* 2 processes.*14 or 16"):
+        distributed.check_global_batch(15, 2)
+
+
+def test_shards_visit_every_sample_once() -> None:
+    order = epoch_order(103, seed=3, epoch=2)
+    world = 3
+    train = batch_indices(order, 12, drop_last=True)
+    shards = [distributed.shard_global_batches(train, DistEnv(r, world)) for r in range(world)]
+    for k, batch in enumerate(train):  # rank r holds slice r of every global batch, in order
+        assert [i for s in shards for i in s[k]] == batch
+    passes = batch_indices(order, 10, drop_last=False)
+    seen = [
+        i
+        for r in range(world)
+        for batch in distributed.shard_pass_batches(passes, DistEnv(r, world))
+        for i in batch
+    ]
+    assert sorted(seen) == list(range(103))
+    blocks = [distributed.row_block(11, DistEnv(r, 4)) for r in range(4)]
+    assert blocks == [(0, 3), (3, 6), (6, 9), (9, 11)]
+
+
+def test_helpers_are_the_identity_in_one_process() -> None:
+    values = np.array([1.0, np.nan, 3.0], dtype=np.float32)
+    assert distributed.merge_rows(values, ~np.isnan(values)) is values
+    assert distributed.all_reduce_sum([1.0, 2.0]) == [1.0, 2.0]
+    assert distributed.on_main(lambda: 5) == 5
+    assert distributed.current() == DistEnv()
+
+
+# ----------------------------------------------------------------------------- 2 ranks
+def _worker_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ugncl_distributed_worker", WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(rank: int, world: int, port: int) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    if world > 1:
+        env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   UGNCL_DIST_TIMEOUT_S="120")  # fmt: skip
+    return env
+
+
+def launch(world: int, worker_args: list[str], train_args: list[str]) -> list[tuple[int, str]]:
+    """Start ``world`` ranks as torchrun would (environment variables) and wait for all;
+    returns ``(exit code, stderr)`` per rank. A launch past TIMEOUT_S is killed and fails."""
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), *worker_args, "--", *train_args],
+            env=_env(rank, world, port),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    out = []
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=TIMEOUT_S)
+            out.append((p.returncode, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return out
+
+
+def overrides(world_dir: Path, out: Path, name: str, cfg: str, *extra: str) -> list[str]:
+    return [
+        "--cfg", cfg, "--set",
+        f"data.root={world_dir}", "data.noise_ratio=0.5", "data.dev_images=12",
+        f"run.out_dir={out}", f"run.name={name}", "train.batch_size=16",
+        "train.eval_batch_size=12", "train.log_every=1", "train.seed=0", "train.threads=1",
+        "model.backbone=meanpool", "model.meanpool.embed_dim=8",
+        "eval.eval_score=raw", *extra,
+    ]  # fmt: skip
+
+
+def _curves(run: Path) -> dict[str, list]:
+    records = read_metrics(run)
+    return {
+        "loss": [r["loss"] for r in records if r["event"] == "train"],
+        "steps": [r["step"] for r in records if r["event"] == "train"],
+        "val": [r["rsum"] for r in records if r["event"] == "val"],
+        "test": [r["rsum"] for r in records if r["event"] == "test"],
+        "division": [
+            {k: r[k] for k in ("n_clean", "n_noisy", "n_hard_clean", "n_hard_noisy")}
+            for r in records
+            if r["event"] == "division"
+        ],
+    }
+
+
+def assert_same_run(one: Path, two: Path) -> None:
+    a, b = _curves(one), _curves(two)
+    assert a["steps"] == b["steps"] and len(a["loss"]) > 0
+    np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(b["val"], a["val"], atol=1e-6)
+    np.testing.assert_allclose(b["test"], a["test"], atol=1e-6)
+    assert a["division"] == b["division"]
+
+
+def ok(results: list[tuple[int, str]]) -> None:
+    for rank, (rc, err) in enumerate(results):
+        assert rc == 0, f"rank {rank} exited {rc}:\n{err[-3000:]}"
+
+
+@pytest.fixture
+def one_process(meanpool, tool):
+    """``tools/train.py``'s ``main`` in this process (a world of one), meanpool registered."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield tool("train").main
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_two_ranks_train_triplet_like_one_process(
+    one_process, tiny_world: Path, tmp_path: Path
+) -> None:
+    args = ["train.warmup_epochs=0", "train.epochs=2"]
+    assert one_process(overrides(tiny_world, tmp_path, "one", "triplet_synthetic", *args)) == 0
+    two = overrides(tiny_world, tmp_path, "two", "triplet_synthetic", *args)
+    ok(launch(2, ["--meanpool"], two))
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+    # Rank 0 alone wrote the run: one metrics file with one setup record, one checkpoint pair.
+    records = read_metrics(tmp_path / "two")
+    assert [r["event"] for r in records].count("setup") == 1
+    ran = [r for r in records if r["event"] == "distributed"]
+    assert [(r["world"], r["batch_per_rank"], r["negatives"]) for r in ran] == [(2, 8, "gathered")]
+    assert not any(r["event"] == "distributed" for r in read_metrics(tmp_path / "one"))
+    assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == [
+        "best.pt", "last.pt",
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_ugncl_two_ranks_division_kill_and_exact_resume(
+    one_process, monkeypatch, tiny_world: Path, tmp_path: Path
+) -> None:
+    """UGNCL at the same global batch: the killed-and-resumed 2-rank job ends with the metrics
+    of the 1-process run, and every division is the same on both ranks and in one process."""
+    args = ["train.warmup_epochs=1", "train.epochs=2", "method.ugncl.lambda_min=3"]
+    dumps = tmp_path / "divisions"
+    dumps.mkdir()
+    worker = ["--meanpool", "--dump-division", str(dumps)]
+    from ugncl.methods.ugncl.method import UGNCLMethod
+
+    monkeypatch.setattr(UGNCLMethod, "on_epoch_start", UGNCLMethod.on_epoch_start)  # restored
+    _worker_module().dump_divisions(dumps)
+    assert one_process(overrides(tiny_world, tmp_path, "one", "ugncl_synthetic", *args)) == 0
+    two = overrides(tiny_world, tmp_path, "two", "ugncl_synthetic", *args)
+    # Rank 1 is killed (SIGKILL) as epoch 2 starts: rank 0 must stop with an error line.
+    killed = launch(2, [*worker, "--kill-epoch", "2"], two)
+    assert killed[1][0] == -signal.SIGKILL
+    rc, err = killed[0]
+    assert rc == 2, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert lines and "another process of the job stopped" in lines[-1]
+    assert "--resume" in lines[-1] and str(tmp_path / "two") in lines[-1]
+    val_epochs = [r["epoch"] for r in read_metrics(tmp_path / "two") if r["event"] == "val"]
+    assert val_epochs == [0, 1]  # the killed attempt finished epochs 0 and 1
+    ok(launch(2, worker, ["--resume", str(tmp_path / "two")]))
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+    # The division of each epoch start: identical on both ranks, and the 1-process one.
+    for epoch in (1, 2):
+        single = np.load(dumps / f"division_e{epoch}_r0_w1.npz")
+        for rank in (0, 1):
+            got = np.load(dumps / f"division_e{epoch}_r{rank}_w2.npz")
+            np.testing.assert_array_equal(got["sets"], single["sets"])
+            for key in ("u", "u_bar", "soft_label"):
+                np.testing.assert_allclose(got[key], single[key], rtol=1e-5, atol=1e-6)
+        assert (single["sets"] >= 0).all()
