@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from ugncl.run.cli import cli_main
-from ugncl.run.config import load_config
+from ugncl.run.config import config_yaml, load_config
 from ugncl.run.training import load_resume_config, train
 
 
@@ -28,6 +28,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="override config keys, e.g. --set train.epochs=1 model.sgraf.head=saf",
     )  # fmt: skip
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    parser.add_argument(
+        "--print-config", action="store_true",
+        help="print the resolved config (bases, reading, --set applied) as YAML and exit",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if (args.cfg is None) == (args.resume is None):
         parser.error("pass exactly one of --cfg (a new run) or --resume RUN_DIR")
@@ -37,6 +41,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.print_config:
+        if args.resume is not None:
+            config = load_resume_config(args.resume, args.set)
+        else:
+            config, _ = load_config(args.cfg, args.set)
+        print(config_yaml(config), end="")
+        return 0
     if args.resume is not None:
         config = load_resume_config(args.resume, args.set)
         result = train(config, config_name=Path(args.resume).name, resume_dir=args.resume)

@@ -1,19 +1,22 @@
-"""Typed experiment configuration: YAML files with one base, dotted overrides, strict keys.
+"""Typed experiment configuration: YAML files over a chain of bases, the method's reading,
+dotted overrides, strict keys.
 
-A config file may name a base with ``_base_: base.yaml`` (one level, resolved relative to the
-file); a file without ``_base_`` inherits ``configs/base.yaml`` all the same, so every config
-starts from the same defaults (``_base_: null`` opts out: the file must then be complete, as the
-``config.yaml`` saved in a run directory is). ``--set a.b=value`` overrides are applied last;
-values are parsed as YAML scalars. A key given twice in one mapping of a file is an error.
-Relative ``data.root``, ``data.vocab``, ``data.noise_file`` and a ``model.clip.pretrained`` that
-looks like a path are resolved against the current working directory when the config is loaded
-and stored absolute, so a saved config (and a ``--resume`` from another directory) names the
-same files. Every key must exist in the
-dataclasses below, where ``model.<backbone>`` and ``method.<name>`` sections come from the
-registries (``ugncl.backbones.registry.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is an
-error
-that suggests the closest valid key. Below this module nothing sees a dict: the builders
-(``ugncl.run.build``) unpack these objects into explicit constructor arguments.
+A config file names its base with ``_base_: track.yaml`` (resolved relative to the file, then in
+``configs/``); a base may name its own base, so an experiment file states only what differs from
+its track, and the root of every chain is ``configs/base.yaml`` (the dataclasses' defaults;
+``_base_: null`` opts out: the file must then be complete, as the ``config.yaml`` saved in a run
+directory is). The method's reading (``method.<name>.reading``: ``paper``, ``release`` or
+``package``) then sets the keys it names, except those the config's files or overrides state
+themselves (:func:`apply_reading`). ``--set a.b=value`` overrides are applied last; values are
+parsed as YAML 1.2 scalars (``off`` is a word). A key given twice in one mapping of a file is an
+error. Relative ``data.root``, ``data.vocab``, ``data.noise_file`` and a
+``model.clip.pretrained`` that looks like a path are resolved against the current working
+directory when the config is loaded and stored absolute, so a saved config (and a ``--resume``
+from another directory) names the same files. Every key must exist in the dataclasses of
+:mod:`ugncl.core.config`, where ``model.<backbone>`` and ``method.<name>`` sections come from the
+registries (``ugncl.backbones.registry.BACKBONES``, ``ugncl.methods.METHODS``): an unknown key is
+an error that suggests the closest valid key. Below this module nothing sees a dict: the
+builders (``ugncl.run.build``) unpack these objects into explicit constructor arguments.
 """
 
 from __future__ import annotations
@@ -189,31 +192,108 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     raise ConfigError(f"config '{name_or_path}' not found (tried {tried}). Available: {available}")
 
 
-def load_yaml_tree(path: Path) -> dict[str, Any]:
-    """Read a config file and merge it over its ``_base_`` (one level).
+#: How many files a chain of ``_base_`` may hold (base.yaml included).
+MAX_CHAIN = 6
 
-    Without a ``_base_`` key the base is ``configs/base.yaml``; ``_base_: null`` means none.
+
+def config_chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The files a config stands on, root first: each file's own tree (``_base_`` removed).
+
+    A file names its base with ``_base_`` (resolved relative to the file, then in ``configs/``);
+    without the key the base is ``configs/base.yaml``, and ``_base_: null`` ends the chain (a
+    complete file, as a run folder's ``config.yaml``). A track base may itself name a base, so
+    experiment files state only what differs from their track.
     """
-    tree = _read_yaml(path)
-    if BASE_KEY in tree:
-        base_name = tree.pop(BASE_KEY)
-        if base_name is None:
-            return tree
-        base_path = (path.parent / base_name).resolve()
-        if not base_path.is_file() and (CONFIG_DIR / str(base_name)).is_file():
-            # A config written outside configs/ with the documented ``_base_: base.yaml``.
-            base_path = CONFIG_DIR / str(base_name)
-    else:
-        base_path = DEFAULT_BASE
-        if path.resolve() == base_path.resolve():
-            return tree
-    base = _read_yaml(base_path)
-    if BASE_KEY in base:
-        raise ConfigError(
-            f"{base_path} names a base itself; configs inherit one level only "
-            f"(put the shared keys into {base_path.name} directly)"
-        )
-    return merge_trees(base, tree)
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    current: Path | None = path
+    while current is not None:
+        if any(current.resolve() == seen.resolve() for seen, _ in chain):
+            names = " -> ".join(p.name for p, _ in reversed(chain))
+            raise ConfigError(f"{path}: the _base_ chain loops ({names} -> {current.name})")
+        if len(chain) >= MAX_CHAIN:
+            raise ConfigError(
+                f"{path}: the _base_ chain is longer than {MAX_CHAIN} files; configs stand on a "
+                "track base over base.yaml, not on deeper chains"
+            )
+        tree = _read_yaml(current)
+        chain.append((current, tree))
+        current = _base_of(current, tree)
+    return list(reversed(chain))
+
+
+def _base_of(path: Path, tree: dict[str, Any]) -> Path | None:
+    """The file ``tree`` (read from ``path``) stands on, or None; pops ``_base_``."""
+    if BASE_KEY not in tree:
+        return None if path.resolve() == DEFAULT_BASE.resolve() else DEFAULT_BASE
+    name = tree.pop(BASE_KEY)
+    if name is None:
+        return None
+    base_path = (path.parent / str(name)).resolve()
+    if not base_path.is_file() and (CONFIG_DIR / str(name)).is_file():
+        # A config written outside configs/ that names a shipped base (``_base_: base.yaml``).
+        base_path = CONFIG_DIR / str(name)
+    return base_path
+
+
+def load_yaml_tree(path: Path) -> dict[str, Any]:
+    """A config file merged over its chain of bases (:func:`config_chain`)."""
+    tree: dict[str, Any] = {}
+    for _, own in config_chain(path):
+        tree = merge_trees(tree, own)
+    return tree
+
+
+def explicit_keys(path: Path, overrides: Sequence[str] = ()) -> set[str]:
+    """The dotted keys a config states itself: set by a file of its chain other than
+    ``configs/base.yaml`` (the defaults), or by an override."""
+    keys: set[str] = set()
+    for file, own in config_chain(path):
+        if file.resolve() != DEFAULT_BASE.resolve():
+            keys |= set(_dotted_leaves(own))
+    keys |= {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
+    return keys
+
+
+def _dotted_leaves(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.extend(_dotted_leaves(value, f"{prefix}{key}."))
+        else:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def apply_reading(tree: dict[str, Any], explicit: set[str]) -> dict[str, Any]:
+    """The method's reading (``method.<name>.reading``: ``paper``, ``release`` or ``package``)
+    sets the keys its section lists in ``READINGS`` (the method's and shared ones, such as the
+    optimiser), except those the config or an override states itself.
+
+    ``package`` is the dataclasses' defaults; the other readings name every key where they
+    differ. A key a config states beside a reading is the config's departure from it, and the
+    config's first line must say so (a test checks the shipped configs).
+    """
+    name = tree.get("method", {}).get("name", MethodSection.name)
+    spec = METHODS.get(name)
+    readings = getattr(getattr(spec, "config", None), "READINGS", None)
+    if not readings:
+        return tree
+    section = tree.get("method", {}).get(name, {})
+    reading = section.get("reading", getattr(spec.config, "reading", "package"))
+    values = readings.get(reading)
+    if values is None:  # an unknown reading: the choice check names the valid ones
+        return tree
+    layer = [f"{key}={_yaml_scalar(value)}" for key, value in values.items() if key not in explicit]
+    return apply_overrides(tree, layer)
+
+
+def _yaml_scalar(value: Any) -> str:
+    return (
+        yaml.safe_dump(value, default_flow_style=True, width=10**6)
+        .strip()
+        .removesuffix("...")
+        .strip()
+    )
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -246,7 +326,27 @@ class _DuplicateKeyError(Exception):
         self.key, self.first, self.second = key, first, second
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _Yaml12Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` with YAML 1.2's booleans: only true/false (any case) are booleans, so
+    ``train.amp=off`` and ``amp: off`` are the word ``off``, not false (YAML 1.1 also reads
+    yes/no/on/off as booleans, which turned a documented value into a type error)."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def parse_scalar(raw: str) -> Any:
+    """One override value as YAML 1.2 (``1e-4``, ``null``, ``off``, ``[1, 2]``)."""
+    return yaml.load(raw, Loader=_Yaml12Loader)
+
+
+class _UniqueKeyLoader(_Yaml12Loader):
     """``yaml.SafeLoader`` that refuses a key repeated within one mapping."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -279,23 +379,28 @@ def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             raise ConfigError(f"override '{item}' must look like key.path=value")
         dotted, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = parse_scalar(raw) if raw.strip() else ""
         except yaml.YAMLError as err:
             problem = str(err).splitlines()[0]
             raise ConfigError(
                 f"override '{item}': the value is not a plain YAML scalar ({problem}); "
                 "give a number, a word, a quoted string or null"
             ) from err
-        node = tree
-        keys = dotted.strip().split(".")
-        for key in keys[:-1]:
-            child = node.get(key)
-            if not isinstance(child, dict):
-                child = {}
-                node[key] = child
-            node = child
-        node[keys[-1]] = value
+        set_dotted(tree, dotted.strip(), value)
     return tree
+
+
+def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """``tree[a][b] = value`` for ``dotted = "a.b"``, making the mappings on the way."""
+    node = tree
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[keys[-1]] = value
 
 
 def build_config(tree: Mapping[str, Any]) -> Config:
@@ -309,6 +414,7 @@ def load_config(name_or_path: str | Path, overrides: Sequence[str] = ()) -> tupl
     """Resolve, merge, override and validate; returns the config and the file it came from."""
     path = resolve_config_path(name_or_path)
     tree = apply_overrides(load_yaml_tree(path), overrides)
+    tree = apply_reading(tree, explicit_keys(path, overrides))
     return build_config(absolute_paths(tree)), path
 
 
@@ -409,8 +515,13 @@ def _choice_note(comment: str, options: tuple[str, ...] | None) -> str:
     return " | ".join(options) + (f"; {comment}" if comment else "")
 
 
+def config_yaml(config: Config) -> str:
+    """The resolved config as YAML, in the dataclasses' key order (what a run saves)."""
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
 def save_config(config: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    path.write_text(config_yaml(config), encoding="utf-8")
 
 
 def all_keys(cls: type | None = None, prefix: str = "") -> list[str]:

@@ -103,12 +103,16 @@ def test_wrong_types_and_choices_are_errors() -> None:
         build_config({"data": {"noise_ratio": 1.0}})
 
 
-def test_base_is_one_level(tmp_path: Path) -> None:
+def test_bases_chain_and_the_chain_is_bounded(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("_base_: b.yaml\n")
     (tmp_path / "b.yaml").write_text("_base_: c.yaml\n")
     (tmp_path / "c.yaml").write_text("train: {epochs: 1}\n")
-    with pytest.raises(ConfigError, match="one level"):
-        load_config(tmp_path / "a.yaml")
+    assert load_config(tmp_path / "a.yaml")[0].train.epochs == 1
+    for k in range(7):
+        (tmp_path / f"d{k}.yaml").write_text(f"_base_: d{k + 1}.yaml\n")
+    (tmp_path / "d7.yaml").write_text("train: {epochs: 1}\n")
+    with pytest.raises(ConfigError, match="longer than"):
+        load_config(tmp_path / "d0.yaml")
 
 
 def test_override_needs_equals() -> None:
