@@ -265,23 +265,24 @@ def _restated_defaults(tree: dict, defaults: dict, prefix: str = "") -> list[str
     return found
 
 
-def test_experiment_files_state_only_what_differs_from_the_defaults() -> None:
-    """A value equal to its default is said once, in the dataclasses (configs/base.yaml)."""
-    import yaml
-
-    from ugncl.run.config import DEFAULT_BASE, config_class
+def test_config_files_state_only_what_differs_from_their_bases() -> None:
+    """A value equal to what a file's bases already give (the dataclasses' defaults under
+    configs/base.yaml, then each track) is said once, in the lowest file that needs it."""
+    from ugncl.run.config import DEFAULT_BASE, config_chain, config_class, merge_trees
 
     defaults = config_class()().to_dict()
     restated = {}
-    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+    for path in sorted(CONFIG_DIR.rglob("*.yaml")):
         if path == DEFAULT_BASE:
             continue
-        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-        assert tree.get("_base_", "base.yaml") == "base.yaml", path
-        found = _restated_defaults(tree, defaults)
+        *bases, (_, own) = config_chain(path)
+        below = defaults
+        for _, tree in bases:
+            below = merge_trees(below, tree)
+        found = _restated_defaults(own, below)
         if found:
-            restated[path.name] = found
-    assert not restated, f"keys at their default value (delete them): {restated}"
+            restated[str(path.relative_to(CONFIG_DIR))] = found
+    assert not restated, f"keys at the value their bases give (delete them): {restated}"
     assert _restated_defaults({"train": {"lr": 2e-4, "epochs": 3}}, defaults) == ["train.lr"]
 
 
