@@ -6,9 +6,10 @@ numpy-only users (tools/make_synthetic.py, the feature scan) do not pay for impo
 
 import importlib
 
+from .catalog import CATALOG, DatasetEntry, dataset_entry, split_protocol
 from .errors import DataFormatError, DataNotFoundError, InvalidSettingError, UserError
 from .features import FeatureStore, open_features
-from .layout import KNOWN_DATASETS, DatasetDefaults, SplitPaths, locate_split
+from .layout import SplitPaths, locate_split
 from .noise import (
     clean_image_index,
     image_permutation_to_caption_index,
@@ -22,10 +23,10 @@ from .tokens import TokenizedCaptions
 from .vocab import Vocabulary, build_vocab, load_vocab
 
 __all__ = [
-    "KNOWN_DATASETS",
+    "CATALOG",
     "DataFormatError",
     "DataNotFoundError",
-    "DatasetDefaults",
+    "DatasetEntry",
     "FeatureStore",
     "InvalidSettingError",
     "PairDataset",
@@ -36,6 +37,7 @@ __all__ = [
     "Vocabulary",
     "build_vocab",
     "clean_image_index",
+    "dataset_entry",
     "image_permutation_to_caption_index",
     "load_noise_index",
     "load_vocab",
@@ -46,6 +48,7 @@ __all__ = [
     "open_split",
     "pad_captions",
     "save_noise_index",
+    "split_protocol",
     "tokenize_caption",
     "word_tokenize",
 ]

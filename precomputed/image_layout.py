@@ -31,13 +31,13 @@ from pathlib import Path
 import numpy as np
 
 from .captions import check_caption_count, read_captions_txt
+from .catalog import IMAGE_NAMINGS, dataset_entry
 from .errors import DataFormatError, DataNotFoundError
 from .layout import SPLITS
 from .noise import clean_image_index
 
 __all__ = [
     "ANNOTATION_LAYOUTS",
-    "IMAGE_DATASETS",
     "IMAGE_NAMINGS",
     "ImageSplit",
     "ImageSplitPaths",
@@ -48,16 +48,8 @@ __all__ = [
     "read_image_ids",
 ]
 
-IMAGE_NAMINGS = ("f30k", "coco", "cc")
 # Folder of the annotation files under <root>: NPC/SDD and OSA.
 ANNOTATION_LAYOUTS = {"scan_split": Path("annotations/scan_split"), "osa": Path("annotations")}
-# Defaults of the known datasets, (naming, captions per image); configs still state them.
-IMAGE_DATASETS = {
-    "f30k": ("f30k", 5),
-    "coco": ("coco", 5),
-    "cc120k": ("cc", 1),
-    "synthetic_clip": ("f30k", 5),  # tools/render_synthetic.py
-}
 _NAMING_HINT = {
     "f30k": "Flickr30K images under their original names, listed in image_name.txt",
     "coco": "COCO images renamed to COCO_2014_<12-digit id>.jpg (NPC's dataset/MSCOCO_rename.py)",
@@ -353,7 +345,8 @@ def _check_files(image_dir: Path, files: Sequence[str], naming: str) -> None:
         shown = ", ".join(str(image_dir / f) for f in missing[:_MISSING_SHOWN])
         more = f" and {len(missing) - _MISSING_SHOWN} more" if len(missing) > _MISSING_SHOWN else ""
         hint = f"Put the {_NAMING_HINT[naming]} into {image_dir}"
-        if image_dir.parent.name.startswith("synthetic"):
+        entry = dataset_entry(image_dir.parent.name)
+        if entry is not None and entry.family == "synthetic":
             hint = (
                 f"Render the synthetic world's images into {image_dir} with `python "
                 f"tools/render_synthetic.py --root {image_dir.parent.parent}`"

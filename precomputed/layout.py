@@ -6,7 +6,7 @@ Files of one split (``split`` in train/dev/test/testall):
 - captions: ``{split}_caps.txt`` (one caption per line, ``captions_per_image`` per image, in
   image order) or ``{split}_caps.tsv`` (image id TAB caption, CC152K).
 
-Any folder in this layout works; :data:`KNOWN_DATASETS` only supplies defaults.
+Any folder in this layout works; :mod:`precomputed.catalog` names the known ones and their facts.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .errors import DataFormatError, DataNotFoundError, InvalidSettingError
 
-__all__ = ["KNOWN_DATASETS", "SPLITS", "DatasetDefaults", "SplitPaths", "locate_split"]
+__all__ = ["SPLITS", "SplitPaths", "locate_split"]
 
 SPLITS = ("train", "dev", "test", "testall")
 FEATURE_SUFFIXES = ("_ims.npy", "_ims.h5")
@@ -26,27 +26,6 @@ HINT = (
     "folder that holds the SCAN/NCR release (<root>/<name>_precomp/{split}_ims.npy + "
     "{split}_caps.txt|tsv)"
 )
-
-
-@dataclass(frozen=True)
-class DatasetDefaults:
-    """Defaults of a known dataset; the config still states them explicitly.
-
-    Attributes:
-        captions_per_image: captions per image in every split (5 for F30K/COCO, 1 for CC152K).
-        dev_images: images of the dev subset used for model selection (NCR: first 1000).
-    """
-
-    captions_per_image: int
-    dev_images: int | None
-
-
-KNOWN_DATASETS: dict[str, DatasetDefaults] = {
-    "f30k_precomp": DatasetDefaults(captions_per_image=5, dev_images=1000),
-    "coco_precomp": DatasetDefaults(captions_per_image=5, dev_images=1000),
-    "cc152k_precomp": DatasetDefaults(captions_per_image=1, dev_images=1000),
-    "synthetic_precomp": DatasetDefaults(captions_per_image=5, dev_images=None),
-}
 
 
 @dataclass(frozen=True)

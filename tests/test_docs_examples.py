@@ -50,31 +50,38 @@ def example(monkeypatch):
     yaml_block = re.search(r"`configs/soft_hinge_synthetic.yaml`:\s*```yaml\n(.*?)\n```", text,
                            re.DOTALL)  # fmt: skip
     assert yaml_block, "docs/design.md lost the example YAML"
-    return yaml.safe_load(yaml_block.group(1))
+    return yaml_block.group(1) + "\n"
 
 
-def _dotted(tree: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out += _dotted(value, f"{prefix}{key}.")
-        else:
-            out.append(f"{prefix}{key}={value}")
-    return out
+def test_the_toy_method_joins_the_smoke_sweep_and_its_yaml_loads_as_a_file(example, tmp_path):
+    """Registering the method is all the method x backbone sweep needs; the page's YAML is a
+    config file over ugncl_synthetic.yaml whose first line names the method."""
+    from tests.ugncl.methods.test_method_backbone import smoke_cells
+    from tests.ugncl.run.test_config_files import first_line_problem
+
+    cells = smoke_cells(METHODS, BACKBONES)
+    assert {(b, "soft_hinge", ()) for b in ("sgraf", "clip", "bag")} <= set(cells)
+    path = tmp_path / "soft_hinge_synthetic.yaml"
+    path.write_text(example, encoding="utf-8")
+    assert yaml.safe_load(example)["_base_"] == "ugncl_synthetic.yaml"
+    assert first_line_problem(path) is None
+    config, _ = load_config(path)
+    assert config.method.name == "soft_hinge" and config.method.soft_hinge.temperature == 0.5
+    assert config.train.epochs == load_config("ugncl_synthetic")[0].train.epochs
 
 
 @pytest.mark.slow
 def test_the_worked_example_trains_through_the_trainer(example, tiny_world, tmp_path, tool):
-    assert example["_base_"] == "ugncl_synthetic.yaml"
+    path = tmp_path / "soft_hinge_synthetic.yaml"
+    path.write_text(example, encoding="utf-8")
     overrides = [
-        *_dotted({"method": example["method"]}),
         "model.backbone=bag",  # the page's command
         f"data.root={tiny_world}", "data.dev_images=12", "data.noise_ratio=0.5",
         f"run.out_dir={tmp_path}", "run.name=toy", "train.batch_size=16",
         "train.eval_batch_size=12", "train.seed=0", "train.warmup_epochs=1", "train.epochs=1",
         "train.threads=1", "model.bag.embed_dim=8",
     ]  # fmt: skip
-    config, _ = load_config("ugncl_synthetic", overrides)
+    config, _ = load_config(path, overrides)
     assert config.method.name == "soft_hinge" and config.method.soft_hinge.temperature == 0.5
     result = train(config, config_name="soft_hinge_synthetic")
 

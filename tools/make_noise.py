@@ -23,8 +23,9 @@ import argparse
 import numpy as np
 
 from precomputed.captions import check_caption_count, read_captions
+from precomputed.catalog import CATALOG, dataset_entry
 from precomputed.features import open_features
-from precomputed.layout import KNOWN_DATASETS, locate_split
+from precomputed.layout import locate_split
 from precomputed.noise import (
     NOISE_CONVENTIONS,
     clean_image_index,
@@ -74,9 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give exactly one of --ratio, --from-image-perm or --from-file")
     cpi = args.captions_per_image
     if cpi is None:
-        if args.name not in KNOWN_DATASETS:
-            p.error(f"--captions-per-image is required for unknown dataset {args.name!r}")
-        cpi = KNOWN_DATASETS[args.name].captions_per_image
+        entry = dataset_entry(args.name)
+        if entry is None:
+            p.error(
+                f"--captions-per-image is required for unknown dataset {args.name!r} (known: "
+                f"{', '.join(CATALOG)})"
+            )
+        cpi = entry.captions_per_image
     paths = locate_split(args.data_root, args.name, args.split)
     store = open_features(paths.features, allow_nonfinite=True)
     num_images = len(store)

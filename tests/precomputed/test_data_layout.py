@@ -2,7 +2,7 @@ import pytest
 
 from precomputed.captions import check_caption_count, read_captions_tsv, read_captions_txt
 from precomputed.errors import DataFormatError, DataNotFoundError
-from precomputed.layout import KNOWN_DATASETS, locate_split
+from precomputed.layout import locate_split
 
 
 @pytest.mark.parametrize("fmt,caps", [("npy", "txt"), ("h5", "tsv")])
@@ -13,11 +13,6 @@ def test_locate_split_any_precomp_folder(make_split, fmt, caps, split):
     assert paths.features.name == f"{split}_ims.{fmt}"
     assert paths.captions.name == f"{split}_caps.{caps}"
     assert locate_split(root, "mydata", split).features == paths.features  # suffix optional
-
-
-def test_known_datasets_defaults():
-    assert KNOWN_DATASETS["f30k_precomp"].captions_per_image == 5
-    assert KNOWN_DATASETS["cc152k_precomp"].captions_per_image == 1
 
 
 def test_missing_folder_names_paths_and_hint(tmp_path):

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from precomputed.catalog import dataset_entry
 from precomputed.errors import DataFormatError, DataNotFoundError
-from precomputed.image_layout import IMAGE_DATASETS, open_image_split
+from precomputed.image_layout import open_image_split
 from precomputed.synthetic import make_synthetic
 from precomputed.synthetic.render import GLYPHS, read_scenes, render_scene, write_clip_images
 from precomputed.synthetic.world import CATEGORIES
@@ -103,7 +104,10 @@ def test_writer_uses_the_features_captions_splits_and_order(world):
     assert len(names) == 10 and names[0] == "train_000000.png" and names[6] == "dev_000000.png"
     info = json.loads((out / "render.json").read_text())
     assert info["size"] == 32 and info["splits"]["dev"] == {"images": 2, "captions": 10}
-    assert IMAGE_DATASETS[out.name] == (info["image_naming"], info["captions_per_image"])
+    entry = dataset_entry(out.name)
+    assert (entry.image_naming, entry.captions_per_image) == (
+        info["image_naming"], info["captions_per_image"],
+    )  # fmt: skip
 
 
 def test_writer_names_a_missing_world(tmp_path, tool):

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from precomputed.catalog import split_protocol
 from precomputed.dataset import PrecomputedSplit
 from precomputed.eval_data import PrecomputedEvalData, trim_heap
 from sgraf.functional import PackedWords
@@ -486,22 +487,15 @@ def ensemble(scores: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def default_protocol(dataset_name: str, split: str, num_images: int | None = None) -> str:
-    """The published protocol of a dataset split.
+    """The published protocol of a dataset split, looked up in :mod:`precomputed.catalog`.
 
     COCO ``testall`` (5K images), or a COCO ``test`` of 5000 images (the NPC/SDD/OSA raw-image
     layout keeps the 5K test set under that name) -> ``"coco5fold"`` (five 1K folds and the 5K
-    matrix);
-    Flickr30K ``test`` and CC152K ``test`` (1K images each) and COCO ``test`` -> ``"1k"``;
-    anything else (dev splits, the synthetic world) -> ``"full"``.
+    matrix); Flickr30K, CC152K and CC120K ``test`` and COCO's 1K ``test`` -> ``"1k"``; every
+    other split (dev splits, the synthetic world) and every split of a name the catalog does
+    not hold -> ``"full"`` (nothing is guessed from the name's letters).
     """
-    name, split = dataset_name.lower(), split.lower()
-    if "coco" in name and (split == "testall" or (split == "test" and num_images == 5000)):
-        return "coco5fold"
-    if split == "test" and any(
-        tag in name for tag in ("coco", "f30k", "flickr", "cc152k", "cc120k")
-    ):
-        return "1k"
-    return "full"
+    return split_protocol(dataset_name, split, num_images)
 
 
 def evaluate_scores(

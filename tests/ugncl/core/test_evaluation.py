@@ -331,6 +331,9 @@ def test_evaluate_scores_bad_input():
         ("f30k_precomp", "dev", "full"),
         ("coco_precomp", "dev", "full"),
         ("synthetic_precomp", "test", "full"),
+        ("f30k", "test", "1k"),
+        ("cc120k", "test", "1k"),
+        ("my_coco_subset", "testall", "full"),  # a name off the catalog: no substring guess
     ],
 )
 def test_default_protocol(name, split, expected):

@@ -26,8 +26,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
+from precomputed.catalog import dataset_entry, image_datasets
 from precomputed.errors import DataNotFoundError, MissingDataError
-from precomputed.image_layout import IMAGE_DATASETS, ImageSplit, open_image_split
+from precomputed.image_layout import ImageSplit, open_image_split
 from precomputed.split import training_noise
 from ugncl.core.data import training_split_summary
 from ugncl.core.errors import ConfigError
@@ -68,14 +69,16 @@ def dataset_dir(data: DataConfig) -> Path:
 
 
 def image_naming(data: DataConfig) -> str:
-    """``data.clip.naming``, or with ``auto`` the naming of the known dataset ``data.name``."""
+    """``data.clip.naming``, or with ``auto`` the catalog's naming of ``data.name``
+    (:mod:`precomputed.catalog`)."""
     if data.clip.naming != "auto":
         return data.clip.naming
-    if data.name in IMAGE_DATASETS:
-        return IMAGE_DATASETS[data.name][0]
+    entry = dataset_entry(data.name)
+    if entry is not None and entry.image_naming is not None:
+        return entry.image_naming
     raise ConfigError(
         f"data.clip.naming is auto but data.name {data.name!r} is not a known image dataset "
-        f"({', '.join(IMAGE_DATASETS)}); set data.clip.naming to f30k (image_name.txt), coco "
+        f"({', '.join(image_datasets())}); set data.clip.naming to f30k (image_name.txt), coco "
         "(COCO_2014_<12-digit id>.jpg) or cc (<id>.jpg)"
     )
 
