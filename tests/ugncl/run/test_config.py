@@ -1,4 +1,4 @@
-"""Config files: one-level inheritance, dotted overrides, strict keys with suggestions."""
+"""Config files: chains of bases, dotted overrides, strict keys with suggestions."""
 
 import dataclasses
 import re
