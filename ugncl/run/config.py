@@ -6,8 +6,8 @@ A config file names its base with ``_base_: track.yaml`` (resolved relative to t
 its track, and the root of every chain is ``configs/base.yaml`` (the dataclasses' defaults;
 ``_base_: null`` opts out: the file must then be complete, as the ``config.yaml`` saved in a run
 directory is). The method's reading (``method.<name>.reading``: ``paper``, ``release`` or
-``package``) then sets the keys it names, except those the config's files or overrides state
-themselves (:func:`apply_reading`). ``--set a.b=value`` overrides are applied last; values are
+``package``) then sets the keys it names over the bases, except those the named file or an
+override states itself (:func:`apply_reading`). ``--set a.b=value`` overrides are applied last; values are
 parsed as YAML 1.2 scalars (``off`` is a word). A key given twice in one mapping of a file is an
 error. Relative ``data.root``, ``data.vocab``, ``data.noise_file`` and a
 ``model.clip.pretrained`` that looks like a path are resolved against the current working
@@ -244,12 +244,10 @@ def load_yaml_tree(path: Path) -> dict[str, Any]:
 
 
 def explicit_keys(path: Path, overrides: Sequence[str] = ()) -> set[str]:
-    """The dotted keys a config states itself: set by a file of its chain other than
-    ``configs/base.yaml`` (the defaults), or by an override."""
-    keys: set[str] = set()
-    for file, own in config_chain(path):
-        if file.resolve() != DEFAULT_BASE.resolve():
-            keys |= set(_dotted_leaves(own))
+    """The dotted keys a config states itself: set by the named file (not by the bases it
+    stands on: a track base's keys sit below the method's reading) or by an override."""
+    _, own = config_chain(path)[-1]
+    keys = set(_dotted_leaves(own))
     keys |= {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
     return keys
 
@@ -267,7 +265,8 @@ def _dotted_leaves(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
 def apply_reading(tree: dict[str, Any], explicit: set[str]) -> dict[str, Any]:
     """The method's reading (``method.<name>.reading``: ``paper``, ``release`` or ``package``)
     sets the keys its section lists in ``READINGS`` (the method's and shared ones, such as the
-    optimiser), except those the config or an override states itself.
+    optimiser), over base.yaml and the track bases, except those the named config file or an
+    override states itself.
 
     ``package`` is the dataclasses' defaults; the other readings name every key where they
     differ. A key a config states beside a reading is the config's departure from it, and the
