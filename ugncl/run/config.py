@@ -8,8 +8,8 @@ its track, and the root of every chain is ``configs/base.yaml`` (the dataclasses
 directory is). The method's reading (``method.<name>.reading``: ``paper``, ``release`` or
 ``package``) then sets the keys it names over the bases, except those the named file or an
 override states itself (:func:`apply_reading`). ``--set a.b=value`` overrides are applied
-last; values are parsed as YAML 1.2 scalars (``off`` is a word). A key given twice in one mapping of a file is an
-error. Relative ``data.root``, ``data.vocab``, ``data.noise_file`` and a
+last; values are parsed as YAML 1.2 scalars (``off`` is a word). A key given twice in one
+mapping of a file is an error. Relative ``data.root``, ``data.vocab``, ``data.noise_file`` and a
 ``model.clip.pretrained`` that looks like a path are resolved against the current working
 directory when the config is loaded and stored absolute, so a saved config (and a ``--resume``
 from another directory) names the same files. Every key must exist in the dataclasses of
