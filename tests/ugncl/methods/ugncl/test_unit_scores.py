@@ -147,6 +147,6 @@ def test_evaluation_ranks_ugncl_on_clip_by_the_cosines_evidence() -> None:
         scores = score_matrix(
             model, encoded, score=method.retrieval_score, unit_scores=method.reads_unit_scores
         )
-        expected = (torch.tanh(cosines(model, batch)) / method.tau).numpy()
+        expected = (torch.tanh(cosines(model, batch)) / method.config.tau).numpy()
     np.testing.assert_allclose(scores, expected, atol=1e-4)
     assert len(np.unique(scores.round(4))) == K * K  # no ties
