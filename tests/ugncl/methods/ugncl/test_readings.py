@@ -11,19 +11,10 @@ import pytest
 
 from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod
 from ugncl.run.config import load_config, parse_scalar
+from ugncl.run.training import _flatten
 
 DOC = Path(__file__).resolve().parents[4] / "docs" / "methods" / "ugncl.md"
 READINGS = ("paper", "release", "package")
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +23,7 @@ def resolved(tmp_path_factory) -> dict[str, dict[str, Any]]:
     cfg = tmp_path_factory.mktemp("readings") / "ugncl.yaml"
     cfg.write_text("method:\n  name: ugncl\n", encoding="utf-8")
     return {
-        reading: _flat(load_config(cfg, [f"method.ugncl.reading={reading}"])[0].to_dict())
+        reading: _flatten(load_config(cfg, [f"method.ugncl.reading={reading}"])[0].to_dict())
         for reading in READINGS
     }
 
