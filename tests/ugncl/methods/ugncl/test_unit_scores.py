@@ -101,7 +101,7 @@ def _division_record(tmp_path, model: CLIPSimilarity, batch: PairBatch, clean: T
         model=model, device=cpu, precision=select_precision("off", cpu), run_dir=tmp_path,
         seed=0, warmup_epochs=1, batch_size=K, num_samples=K, clean=clean.numpy(),
         recorder=None, batches=lambda *a, **kw: [batch], global_step=1,
-        fetch=lambda indices: batch,  # pixels: the seed division is not available
+        fetch=lambda indices: batch,
     )  # fmt: skip
     record = method.on_epoch_start(ctx, epoch=1)
     return {**record, "sets": method.division.sets, "u": method.division.u}
