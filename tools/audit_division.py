@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     method = build_method(config)
     method.load_state_dict(state["method_state"])  # lambda_clock: division reads its start
     K = args.batch_size or config.train.batch_size
-    lam = method.hardness(K, int(state.get("global_step", 0)))
+    # The hardness at the checkpoint: its step, and (lambda_clock: epoch) the next epoch's index.
+    lam = method.hardness(K, int(state.get("global_step", 0)), int(state.get("epoch", 0)))
 
     def divide(raw: torch.Tensor) -> BatchDivision:
         return method.divide(model.unit_scores(raw), lam)

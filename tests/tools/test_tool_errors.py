@@ -3,7 +3,7 @@ answers with one ``error: ...`` line and exit code 2, before any heavy work (the
 called in-process through their ``main(argv)``).
 
 A case is ``None`` where the tool has no such input or output (it only prints, or reads no
-file): ``bench.py``, ``bench_memory_bank.py``, ``bench_seed.py`` and ``gpu_check.py`` read no
+file): ``bench.py``, ``bench_memory_bank.py``, ``bench_prefilter.py`` and ``gpu_check.py`` read no
 file and write only to stdout; ``lint_prose.py`` and ``write_base_config.py`` read and write
 the repository's own files.
 """
@@ -55,7 +55,7 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
         "audit_division": {"ro": None, "zero": [str(zero)], "bad": [str(bad)]},
         "bench": {"ro": None, "zero": None, "bad": None},
         "bench_memory_bank": {"ro": None, "zero": None, "bad": None},
-        "bench_seed": {"ro": None, "zero": None, "bad": None},
+        "bench_prefilter": {"ro": None, "zero": None, "bad": None},
         "gpu_check": {"ro": None, "zero": None, "bad": None},
         "lint_prose": {"ro": None, "zero": None, "bad": None},
         "write_base_config": {"ro": None, "zero": None, "bad": None},
@@ -198,7 +198,7 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
             "zero": ["--root", str(zw), "--name", "r0"],
             "bad": ["--root", str(bw), "--name", "r1"],
         },
-        "seed_division": {
+        "prefilter": {
             "ro": None,  # writes nothing
             "zero": ["--cfg", "ugncl_synthetic", "--set", f"data.root={zw}", "data.dev_images=12"],
             "bad": ["--cfg", "ugncl_synthetic", "--set", f"data.root={bw}", "data.dev_images=12"],

@@ -23,6 +23,7 @@ __all__ = [
     "ImageDataConfig",
     "MethodSection",
     "ModelSection",
+    "PrefilterConfig",
     "RunConfig",
     "TrainConfig",
 ]
@@ -133,6 +134,27 @@ class TrainConfig:
 
 
 @dataclass
+class PrefilterConfig:
+    """``prefilter``: a selection of the training pairs made before any training, that any
+    method trains on for the first ``epochs`` epochs after the warm-up (the pairs it rejects
+    leave the objective; UGNCL divides by it instead: its kept pairs hard-clean, the rest
+    hard-noisy). ``ugncl.core.prefilter`` has the maths, docs/methods/ugncl.md the measurements.
+    """
+
+    # none | linear: a cross-fitted ridge fit of caption words to pooled region features,
+    # whose per-pair p-values test "this caption's image is unrelated". Region features only:
+    # on raw images (CLIP) the run trains as none, with a warning. UGNCL's package reading
+    # sets linear; every paper and release reading none.
+    kind: str = "none"
+    # A pair is kept when its p-value is below alpha (about alpha of the noisy pairs pass,
+    # whatever the noise ratio) and inside the Benjamini-Hochberg set at false-discovery
+    # rate fdr (a weak fit keeps fewer pairs, or none).
+    alpha: float = 0.02
+    fdr: float = 0.1
+    epochs: int = 6  # epochs after train.warmup_epochs that train on the selection
+
+
+@dataclass
 class EvalConfig:
     # evidence | evidence_mean_exp | sigmoid | raw (ugncl.framework.evaluation.EVAL_SCORES)
     eval_score: str = "evidence"
@@ -171,6 +193,7 @@ class Config:
     model: ModelSection = field(default_factory=ModelSection)
     method: MethodSection = field(default_factory=MethodSection)
     train: TrainConfig = field(default_factory=TrainConfig)
+    prefilter: PrefilterConfig = field(default_factory=PrefilterConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
 

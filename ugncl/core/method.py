@@ -115,6 +115,9 @@ class Method(nn.Module):
             (``model.unit_scores(raw)``: SGRAF's raw scores, CLIP's cosine) in its training
             step, and evaluation hands ``retrieval_score`` unit scores too. False (default):
             raw scores throughout.
+        reads_prefilter: the method trains on the pre-filter's selection itself
+            (``MethodContext.prefilter``; UGNCL divides by it). False (default): in the
+            pre-filter's epochs the trainer leaves the pairs it rejects out of the epoch.
     """
 
     name: ClassVar[str] = "method"
@@ -122,6 +125,7 @@ class Method(nn.Module):
     nonfinite_hint: ClassVar[str] = "Lower train.lr or check the input features for NaN."
     negatives: ClassVar[str] = "gathered"
     reads_unit_scores: ClassVar[bool] = False
+    reads_prefilter: ClassVar[bool] = False
 
     def __init__(self, *, eval_score: str = "raw") -> None:
         super().__init__()

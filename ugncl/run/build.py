@@ -24,6 +24,7 @@ from ugncl.backbones.registry import (
 from ugncl.core.data import RunData
 from ugncl.core.errors import ConfigError
 from ugncl.core.optim import Schedule, build_optimizer, build_schedule
+from ugncl.core.prefilter import Prefilter
 from ugncl.core.similarity import SimilarityModel
 from ugncl.methods import METHODS, Method
 
@@ -39,6 +40,7 @@ __all__ = [
     "build_method",
     "build_model",
     "build_optimizer_and_schedule",
+    "build_prefilter",
     "check_checkpoint",
     "check_method_backbone",
     "method_backbone_error",
@@ -71,6 +73,15 @@ def build_method(
     if model is not None:
         method.prepare(model, int(num_samples or 0))
     return method
+
+
+def build_prefilter(config: Config) -> Prefilter | None:
+    """The ``prefilter`` section as the trainer's :class:`Prefilter` (None for ``none``)."""
+    section = config.prefilter
+    if section.kind == "none":
+        return None
+    return Prefilter(kind=section.kind, alpha=section.alpha, fdr=section.fdr,
+                     epochs=section.epochs)  # fmt: skip
 
 
 def image_decay_override(

@@ -42,6 +42,7 @@ from ugncl.core.config import Config, MethodSection, ModelSection
 from ugncl.core.errors import ConfigError
 from ugncl.core.evaluation import EVAL_SCORES
 from ugncl.core.optim import OPTIMIZERS, SCHEDULES
+from ugncl.core.prefilter import KINDS as PREFILTER_KINDS
 from ugncl.methods import METHODS
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -128,6 +129,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.noise_format": ("caption", "image", "auto"),
     "data.clip.naming": ("auto", "f30k", "coco", "cc"),
     "data.clip.layout": ("auto", "scan_split", "osa"),
+    "prefilter.kind": PREFILTER_KINDS,
 }
 
 # Numeric ranges checked at load (rule name -> (test, wording)); null passes for optional keys.
@@ -138,6 +140,7 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     ">=2": (lambda v: v >= 2, ">= 2 (in-batch negatives and BatchNorm)"),
     ">=3": (lambda v: v >= 3, ">= 3 (<start>, one word, <end>)"),
     "[0,1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "(0,1)": (lambda v: 0 < v < 1, "in (0, 1)"),
 }
 RANGES: dict[str, str] = {
     "data.captions_per_image": ">=1",
@@ -165,6 +168,9 @@ RANGES: dict[str, str] = {
     "train.stop_after_epochs": ">=0",  # 0: open, set up and record, train nothing
     "train.threads": ">=1",
     "eval.memory_budget_mb": ">=1",
+    "prefilter.alpha": "(0,1)",
+    "prefilter.fdr": "(0,1)",
+    "prefilter.epochs": ">=0",
 }
 
 

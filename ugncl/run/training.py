@@ -48,6 +48,7 @@ from ugncl.run.build import (
     build_method,
     build_model,
     build_optimizer_and_schedule,
+    build_prefilter,
     check_method_backbone,
     open_run_data,
 )
@@ -460,6 +461,7 @@ def _train(
                 **data.checkpoint_extra(),
             },
             dist=dist_env,
+            prefilter=build_prefilter(config),
         )
         if dist_env.enabled:  # how this attempt ran (a resume may use another world size)
             recorder.write(

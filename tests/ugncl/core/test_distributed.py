@@ -221,3 +221,25 @@ def test_ugncl_two_ranks_division_kill_and_exact_resume(
             for key in ("u", "u_bar", "soft_label"):
                 np.testing.assert_allclose(got[key], single[key], rtol=1e-5, atol=1e-6)
         assert (single["sets"] >= 0).all()
+
+
+@pytest.mark.slow
+def test_two_ranks_train_on_the_prefilter_selection_of_rank_0(
+    one_process, tiny_world: Path, tmp_path: Path
+) -> None:
+    """The pre-filter is computed by rank 0 and broadcast: the 2-rank run keeps the same pairs
+    and trains the same steps as one process (its epoch only on the kept pairs)."""
+    args = ["train.warmup_epochs=0", "train.epochs=2", "data.noise_ratio=0.2",
+            "prefilter.kind=linear", "prefilter.alpha=0.5", "prefilter.fdr=0.9",
+            "prefilter.epochs=1"]  # fmt: skip
+    assert one_process(overrides(tiny_world, tmp_path, "one", "triplet_synthetic", *args)) == 0
+    two = overrides(tiny_world, tmp_path, "two", "triplet_synthetic", *args)
+    ok(launch(2, ["--meanpool"], two))
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+    kept = {}
+    for name in ("one", "two"):
+        [record] = [r for r in read_metrics(tmp_path / name) if r["event"] == "prefilter"]
+        kept[name] = {k: v for k, v in record.items() if k != "time"}
+    assert kept["one"] == kept["two"] and 16 <= kept["two"]["selected"] < 240
+    steps = [r["step"] for r in read_metrics(tmp_path / "two") if r["event"] == "train"]
+    assert steps[-1] == kept["two"]["selected"] // 16 + 240 // 16

@@ -95,7 +95,7 @@ def test_ugncl_configs_use_paper_xi1_and_tau_with_tanh_evidence(name: str) -> No
     options = config.method.ugncl
     assert (options.kl_weight, options.tau, options.evidence) == (0.1, 0.1, "tanh")
     assert options.soft_label == "top_rival"
-    assert UGNCLMethod().evidence == "tanh"
+    assert UGNCLMethod().config.evidence == "tanh"
 
 
 def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> None:
@@ -109,7 +109,7 @@ def test_default_trust_delta_keeps_hard_clean_margins_when_u_is_saturated() -> N
     y = torch.tensor([0.8, 0.3])
     u_bar = torch.full((2,), 0.995)
     delta = UGNCLConfig().trust_delta
-    assert delta == UGNCLMethod().trust_delta
+    assert delta == UGNCLMethod().config.trust_delta
     margins = trusted_margins(sets, y, u_bar, delta=delta)
     torch.testing.assert_close(margins, 0.5 * soft_margin(y))
     assert trusted_margins(sets, y, u_bar, delta=10.0)[0].item() < 1e-12
@@ -127,7 +127,7 @@ def test_hard_noisy_pairs_get_a_hinge_only_with_the_paper_switch(hard_noisy_trl:
     model.eval()
     k = len(batch.index)
     method = UGNCLMethod(lambda_min=2, margin=0.2, hard_noisy_trl=hard_noisy_trl)
-    assert UGNCLMethod().hard_noisy_trl is False
+    assert UGNCLMethod().config.hard_noisy_trl is False
     method.division = DivisionResult(
         u=np.full(k, 0.99, np.float32), u_bar=np.full(k, 0.99, np.float32),
         soft_label=np.full(k, 0.4, np.float32), sets=np.full(k, HARD_NOISY, np.int8),
@@ -148,7 +148,7 @@ def test_noisy_pairs_keep_the_papers_evidential_target_by_default() -> None:
     model, batch = tiny_batch(views=2)
     model.eval()
     k = len(batch.index)
-    assert UGNCLMethod().noisy_edl is True and UGNCLConfig().noisy_edl is True
+    assert UGNCLMethod().config.noisy_edl is True and UGNCLConfig().noisy_edl is True
     losses = {}
     for paper in (True, False):
         method = UGNCLMethod(lambda_min=2, noisy_edl=paper)
@@ -173,7 +173,7 @@ def test_hard_target_switch_reaches_the_evidential_loss() -> None:
     model, batch = tiny_batch(views=2)
     model.eval()
     k = len(batch.index)
-    assert UGNCLMethod().hard_target == "soft" and UGNCLConfig().hard_target == "soft"
+    assert UGNCLMethod().config.hard_target == "soft" and UGNCLConfig().hard_target == "soft"
     sets = np.where(np.arange(k) % 2 == 0, HARD_CLEAN, HARD_NOISY).astype(np.int8)
     terms = {}
     for target in ("soft", "set"):
@@ -212,7 +212,7 @@ def test_division_lambda_follows_the_trainers_global_step(tmp_path) -> None:
         tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
         batch_size=k, global_step=1000,
     )  # fmt: skip
-    settings = dict(lambda_min=2, division_pass="separate", division_start="fixed", seed="none",
+    settings = dict(lambda_min=2, division_pass="separate", division_start="fixed",
                     lambda_clock="global")  # fmt: skip
     record = UGNCLMethod(**settings).on_epoch_start(ctx, epoch=1)
     assert record["division_lambda"] == 2
@@ -236,16 +236,12 @@ def test_division_clock_counts_hardness_from_the_division_start(tmp_path) -> Non
         tmp_path, model=model, clean=np.ones(k, bool), batches=lambda *a, **kw: [batch],
         batch_size=k, global_step=1000,
     )  # fmt: skip
-    method = UGNCLMethod(
-        lambda_min=2, division_pass="separate", division_start="fixed", seed="none"
-    )
+    method = UGNCLMethod(lambda_min=2, division_pass="separate", division_start="fixed")
     assert method.hardness(k, 1000) == k - 1  # before the start: the hinge over all negatives
     assert method.on_epoch_start(ctx, epoch=1)["division_lambda"] == k - 1
     assert method.hardness(k, 1000 + 40) == max(k - 1, 2)  # 40 steps x 0.025 = 1 negative
     assert method.hardness(k, 1000 + 1000) == 2
-    resumed = UGNCLMethod(
-        lambda_min=2, division_pass="separate", division_start="fixed", seed="none"
-    )
+    resumed = UGNCLMethod(lambda_min=2, division_pass="separate", division_start="fixed")
     resumed.set_extra_state(method.get_extra_state())
     assert resumed.hardness(k, 2000) == 2 and resumed.hardness(k, 1000) == k - 1
 
@@ -271,7 +267,6 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
         p=0.0,
         division_pass="separate",
         division_start="fixed",
-        seed="none",
         lambda_clock="global",
     )  # every pair hard; fmt: skip
     assert method.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 4
@@ -288,7 +283,6 @@ def test_division_lambda_min_floors_only_the_divisions_rival_count(tmp_path) -> 
         lambda_min=2,
         division_pass="separate",
         division_start="fixed",
-        seed="none",
         lambda_clock="global",
     )
     assert unfloored.on_epoch_start(ctx_, epoch=1)["division_lambda"] == 2
@@ -316,7 +310,7 @@ def test_truth_division_is_the_ground_truth_split_of_hard_pairs(tmp_path) -> Non
     assert division.soft_label.tolist() == clean.astype(float).tolist()
     assert (division.u_bar == 1).all()
     assert record["noisy_f1"] == 1.0
-    assert UGNCLMethod().division_source == "model"
+    assert UGNCLMethod().config.division_source == "model"
 
 
 def test_truth_division_refuses_a_run_without_noise_flags() -> None:
@@ -350,7 +344,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
     model.eval()  # no dropout: the step's scores equal the ones recomputed here
     k = len(batch.index)
     seen, unseen = [0, 1, 2, 3], [4, 5]
-    method = UGNCLMethod(lambda_min=2, division_pass="training", seed="none")
+    method = UGNCLMethod(lambda_min=2, division_pass="training")
     method.prepare(model, k)
     method.training_step(model, _pairs(batch, seen), ctx(warmup=True))
     with torch.no_grad():
@@ -376,7 +370,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
     assert len(passes) == 1 and len(passes[0]) == 4 and set(unseen) <= set(passes[0])
     assert (division.sets != UNVISITED).all()
     # The recorded opinions travel in checkpoints (a resumed run divides the same way).
-    resumed = UGNCLMethod(lambda_min=2, division_pass="training", seed="none")
+    resumed = UGNCLMethod(lambda_min=2, division_pass="training")
     resumed.prepare(model, k)
     resumed.set_extra_state(method.get_extra_state())
     assert resumed._recorded.result().sets.tolist() == division.sets.tolist()
@@ -385,7 +379,7 @@ def test_training_pass_division_reads_the_training_steps_scores(tmp_path) -> Non
 def test_training_pass_division_refuses_its_own_batch_size() -> None:
     from ugncl.run.config import ConfigError
 
-    assert UGNCLMethod().division_pass == "training"
+    assert UGNCLMethod().config.division_pass == "training"
     with pytest.raises(ConfigError, match="division_batch_size"):
         UGNCLMethod(division_pass="training", division_batch_size=64)
     with pytest.raises(ConfigError, match="division_lambda_min must be >= 1"):

@@ -1,6 +1,7 @@
 """Methods take their defaults from their config section (one source): a method built with no
-arguments equals the one built from the default section, and a keyword argument that is not a
-field of the section must carry its own default."""
+arguments equals the one built from the default section. A method takes the section whole
+(``config``, UGNCL) or names its fields as keyword arguments without repeating their values;
+a keyword argument that is not a field of the section must carry its own default."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def test_a_method_s_defaults_are_its_config_section_s(name: str) -> None:
     spec = METHODS[name]
     params = inspect.signature(spec.cls.__init__).parameters
     section = spec.config()
+    if "config" in params:  # the section whole, validated once
+        plain, built = spec.cls(), spec.cls.from_config(section, eval_score="raw")
+        assert plain.config == built.config == section and built.config is not section
+        return
     fields = {f.name for f in dataclasses.fields(section)}
     assert fields <= set(params), f"{name}: fields missing from __init__"
     # no default is written twice: the signature names the section's fields without values

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -14,6 +15,9 @@ from torch import nn
 from ugncl.core.data import PairBatch
 from ugncl.core.engine.device import Precision
 from ugncl.core.engine.recorder import MetricsRecorder
+
+if TYPE_CHECKING:
+    from ugncl.core.prefilter import PrefilterSelection
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class MethodContext:
             (e.g. memory-bank pairs looked up per batch).
         global_step: optimiser steps taken before this call (Eq. 16's hardness schedule runs
             on it; restored on resume).
+        prefilter: at the start of one of the pre-filter's epochs (``prefilter.epochs`` after
+            the warm-up), its selection of the training pairs; None elsewhere, and where it
+            does not run (``prefilter.kind: none``, raw images, an empty selection).
     """
 
     model: nn.Module
@@ -73,6 +80,7 @@ class MethodContext:
     image_index: np.ndarray | None = None
     fetch: Callable[[torch.Tensor], PairBatch] | None = None
     global_step: int = 0
+    prefilter: PrefilterSelection | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The run's autocast context for forward passes."""

@@ -38,6 +38,7 @@ from ugncl.core.engine.sampling import batch_indices, epoch_order
 from ugncl.core.engine.seed import capture_rng_state, restore_rng_state
 from ugncl.core.method import Method
 from ugncl.core.optim import Schedule
+from ugncl.core.prefilter import Prefilter, PrefilterSelection, training_pair_pvalues
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class Trainer:
         stop_after_epochs: int | None = None,
         checkpoint_extra: dict[str, Any] | None = None,
         dist: DistEnv | None = None,
+        prefilter: Prefilter | None = None,
     ) -> None:
         self.dist = dist or DistEnv()
         self.model = model.to(device)
@@ -137,6 +139,7 @@ class Trainer:
         self.num_workers = num_workers
         self.stop_after_epochs = stop_after_epochs
         self.checkpoint_extra = checkpoint_extra or {}
+        self.prefilter = prefilter
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.use_grad_scaler)
         self.epoch = 0  # epochs completed
@@ -158,8 +161,9 @@ class Trainer:
     def total_epochs(self) -> int:
         return self.warmup_epochs + self.epochs
 
-    def context(self) -> MethodContext:
-        """What the method may see of this trainer."""
+    def context(self, epoch: int | None = None) -> MethodContext:
+        """What the method may see of this trainer (at the start of ``epoch``: the
+        pre-filter's selection where it applies)."""
         return MethodContext(
             model=self.model,
             device=self.device,
@@ -175,7 +179,28 @@ class Trainer:
             image_index=np.asarray(self.data.image_index, dtype=np.int64),
             fetch=self.fetch,
             global_step=self.global_step,
+            prefilter=None if epoch is None else self._prefilter_at(epoch),
         )
+
+    def _prefilter_at(self, epoch: int) -> PrefilterSelection | None:
+        """The pre-filter's selection where it applies to ``epoch`` (None elsewhere). Its
+        p-values are computed once, by rank 0 alone, and broadcast (every rank gets the same
+        array); the first computation writes a ``prefilter`` record."""
+        if self.prefilter is None or not self.prefilter.applies(epoch, self.warmup_epochs):
+            return None
+
+        def pvalues() -> np.ndarray | None:
+            n = self.data.num_samples
+            return distributed.on_main(
+                lambda: training_pair_pvalues(self.fetch, n, self.batch_size, self.seed)
+            )
+
+        selection, fresh = self.prefilter.selection(pvalues)
+        if fresh and selection is not None:
+            fields = selection.record(np.asarray(self.data.clean))
+            self.recorder.write("prefilter", epoch=epoch, kind=self.prefilter.kind, **fields)
+            logger.info("prefilter: %s", _format(fields))
+        return selection
 
     def fetch(self, indices: torch.Tensor | np.ndarray) -> PairBatch:
         """The training samples ``indices`` (K,) as one batch, in that order (on the CPU)."""
@@ -231,21 +256,24 @@ class Trainer:
     def _run_epoch(self, epoch: int) -> None:
         epoch_started = time.perf_counter()
         warmup = epoch < self.warmup_epochs
-        ctx = self.context()
+        ctx = self.context(epoch)
         fields = self.method.on_epoch_start(ctx, epoch)
         if fields is not None:
             event = self.method.epoch_record
             self.recorder.write(event, epoch=epoch, **fields)
             logger.info("epoch %d %s: %s", epoch, event, _format(fields))
         subset = self.method.epoch_samples(ctx, epoch)
+        if ctx.prefilter is not None and not self.method.reads_prefilter:
+            subset = ctx.prefilter.keep(subset)  # the rejected pairs leave the objective
         self.model.train()
         extra = self.method.prefetch_samples()
         loader, global_batches = self._training_batches(epoch, subset, extra)
         if len(loader) == 0:
             n = self.data.num_samples if subset is None else len(subset)
+            kept = " (the pre-filter's selection)" if ctx.prefilter is not None else ""
             raise ValueError(
-                f"epoch {epoch} visits {n} samples, fewer than one batch of {self.batch_size}; "
-                "lower train.batch_size"
+                f"epoch {epoch} visits {n} samples{kept}, fewer than one batch of "
+                f"{self.batch_size}; lower train.batch_size"
             )
         started = time.perf_counter()
         for i, item in enumerate(_progress(loader, epoch, self.total_epochs)):
@@ -440,6 +468,7 @@ class Trainer:
             "best_rsum": self.best_rsum,
             "best_epoch": self.best_epoch,
             "metrics": metrics or {},
+            "prefilter": None if self.prefilter is None else self.prefilter.state_dict(),
             **self.checkpoint_extra,
             **extra,
         }
@@ -464,6 +493,8 @@ class Trainer:
         self.schedule.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.method.load_state_dict(state["method_state"])
+        if self.prefilter is not None and state.get("prefilter") is not None:
+            self.prefilter.load_state_dict(state["prefilter"])
         ranks = state.get("rng_ranks")
         if self.dist.enabled and ranks is not None and len(ranks) == self.dist.world:
             restore_rng_state(ranks[self.dist.rank])

@@ -9,7 +9,7 @@ batch, and the next epoch start reads the records.
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -23,7 +23,7 @@ from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.engine.distributed import merge_rows
 from ugncl.core.errors import ConfigError
 from ugncl.core.evaluation import eval_mode, view_reducer
-from ugncl.core.method import Method, section_defaults
+from ugncl.core.method import Method
 from ugncl.methods.ugncl.division import (
     UNVISITED,
     BatchDivision,
@@ -43,15 +43,7 @@ from ugncl.methods.ugncl.losses import (
     ugncl_objective,
     warmup_objective,
 )
-from ugncl.methods.ugncl.seed import null_share, seed_selection, training_pair_pvalues
-from ugncl.methods.ugncl.start import (
-    division_agreement,
-    label_logits,
-    should_start_division,
-    two_mode_separation,
-)
-
-logger = logging.getLogger(__name__)
+from ugncl.methods.ugncl.schedule import START_MODES, DivisionSchedule
 
 XI2_TIMES_K = 0.8 * 128  # the paper's xi2 at its batch of 128 (Eq. 18)
 DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses stream 0)
@@ -71,11 +63,58 @@ class UGNCLConfig:
         "soft_label": ("mean_rival", "top_rival", "max_rival", "projected", "belief"),
         "hard_target": HARD_TARGETS,
         "warmup_loss": ("hinge_all", "released"),
-        "division_start": ("agreed", "separated", "fixed"),
-        "lambda_clock": ("division", "global"),
-        "seed": ("linear", "none"),
+        "division_start": START_MODES,
+        "lambda_clock": ("division", "global", "epoch"),
+        "reading": ("paper", "release", "package"),
+    }
+    # The keys each reading sets (docs/methods/ugncl.md, "Readings", lists them with the
+    # equation each one reads): package is this dataclass's defaults plus the pre-filter;
+    # paper every equation and setting as printed, where the printed form is numerically
+    # safe (the evidence ceiling, Eq. 17's clamped logit and the exact fusion stay: the
+    # printed forms overflow or are NaN); release where the public code differs from the
+    # paper (it has no training driver: the division's pass and start follow the paper).
+    READINGS: ClassVar[dict[str, dict[str, Any]]] = {
+        # prefilter.kind is a run-level section (any method may use it), so the package
+        # reading names it: UGNCL's defaults were measured with it on.
+        "package": {"prefilter.kind": "linear"},
+        "paper": {
+            "method.ugncl.evidence": "softplus",  # Eq. 3
+            "method.ugncl.soft_label": "belief",  # Eq. 11: y = b_ii
+            "method.ugncl.trust_delta": 10.0,  # Eq. 17
+            "method.ugncl.hard_noisy_trl": True,  # Eqs. 16-17
+            "method.ugncl.lambda_clock": "epoch",  # Eq. 16: lambda per epoch
+            "method.ugncl.lambda_delta": 0.25,
+            "method.ugncl.trl_weight": 0.8,  # Eq. 18's xi2 as printed, at any batch
+            "method.ugncl.division_pass": "separate",  # a pass at each epoch start
+            "method.ugncl.division_start": "fixed",  # right after the warm-up
+            "prefilter.kind": "none",
+            "train.optimizer": "adam",  # NCR's optimiser, no decay
+            "train.weight_decay": 0.0,
+            "train.image_decay_per_rms": None,
+            "train.amp": "off",
+        },
+        "release": {
+            "method.ugncl.evidence": "softplus",
+            "method.ugncl.soft_label": "projected",  # b_ii / (1 - u)
+            "method.ugncl.trust_delta": 10.0,  # --triangle
+            "method.ugncl.hard_noisy_trl": True,
+            "method.ugncl.lambda_clock": "global",  # per optimiser step, delta 0.025
+            "method.ugncl.trl_weight": 0.2,  # kxi2
+            "method.ugncl.evidential_loss": "per_view",
+            "method.ugncl.division_pass": "separate",
+            "method.ugncl.division_start": "fixed",
+            "prefilter.kind": "none",
+            "train.optimizer": "adam",
+            "train.weight_decay": 0.0,
+            "train.image_decay_per_rms": None,
+            "train.amp": "off",
+            "eval.eval_score": "evidence_mean_exp",  # the mean of the views' exp evidence
+        },
     }
 
+    # paper | release | package: which reading the config starts from (READINGS); keys a
+    # config states beside it are its departures.
+    reading: str = "package"
     tau: float = 0.1
     # Evidence function of Eq. 3: tanh = exp(tanh(r)/tau) (DECL; default,
     # docs/methods/ugncl.md has the measurement), softplus = exp(softplus(r)/tau) (paper, released).
@@ -106,12 +145,13 @@ class UGNCLConfig:
     # Delta of Eq. 17; paper 10. 0 (f_C = f_N = 1/2) is our default: with u ~ 1 for every pair
     # at xi1 = 0.1, Delta = 10 zeroes every hard-clean margin (docs/methods/ugncl.md).
     trust_delta: float = 0.0
-    lambda_delta: float = 0.025  # delta of the hardness schedule, per optimiser step
-    # Which steps Eq. 16's hardness schedule counts: division (decision: the steps since the
-    # division started; warm-up and deferred epochs keep lambda = K - 1, the hinge over all
-    # negatives) | global (released: every optimiser step since the first, warm-up included;
-    # on a world where the warm-up learns slowly it hands the hardest negatives to a model
-    # that cannot yet rank, docs/methods/ugncl.md).
+    lambda_delta: float = 0.025  # delta of the hardness schedule, per tick of lambda_clock
+    # What Eq. 16's hardness schedule counts: division (decision: the optimiser steps since
+    # the division started; warm-up and deferred epochs keep lambda = K - 1, the hinge over
+    # all negatives) | global (released: every optimiser step since the first, warm-up
+    # included; on a world where the warm-up learns slowly it hands the hardest negatives to
+    # a model that cannot yet rank, docs/methods/ugncl.md) | epoch (paper: the epoch index,
+    # warm-up included, with the paper's delta 0.25).
     lambda_clock: str = "division"
     lambda_min: int = 5  # theta
     evidential_loss: str = "fused"
@@ -173,21 +213,48 @@ class UGNCLConfig:
     start_separation: float = 2.0
     start_agreement: float = 0.5
     start_max_wait: int = 6
-    # The seed division (seed.py; docs/methods/ugncl.md, "The seed division"): linear
-    # (decision) -- for the seed_epochs epochs after the warm-up, the division is a cross-fitted
-    # ridge fit's from caption words to pooled region features, made before any training: the
-    # pairs whose paired image it ranks in the top seed_alpha of rival images (about
-    # seed_alpha of the noisy pairs pass, whatever the noise ratio), and within the
-    # Benjamini-Hochberg set at false-discovery rate seed_fdr, are hard-clean, the others
-    # hard-noisy; then the model's own division, and division_start is not consulted. A model
-    # that learnt only the coarsest cue in its warm-up keeps about half the noisy pairs in its
-    # first division and may never take off (docs/research/ugncl-generalisation.md). none:
-    # the model's division from the start (paper). Raw-image backbones (no pooled region
-    # feature) and a fit that selects no pair run as none.
-    seed: str = "linear"
-    seed_alpha: float = 0.02
-    seed_fdr: float = 0.1
-    seed_epochs: int = 6
+    # The pre-filter is the framework's (``prefilter.*``; docs/methods/ugncl.md, "The
+    # pre-filter"): in its epochs this method divides by its selection (kept pairs hard-clean
+    # with soft label 1, the rest hard-noisy), then by the model, and division_start is not
+    # consulted. The package reading turns it on (prefilter.kind: linear).
+
+    def validate(self) -> None:
+        """Check the section once, whoever built it (a config file or a direct call).
+
+        Raises:
+            ConfigError: a choice outside :attr:`CHOICES`, a number outside its range, or
+                ``division_batch_size`` beside ``division_pass: training``.
+        """
+        for key, options in self.CHOICES.items():
+            if getattr(self, key) not in options:
+                raise ConfigError(f"method.ugncl.{key} must be one of {' | '.join(options)}, "
+                                  f"got {getattr(self, key)!r}")  # fmt: skip
+        if not -1.0 < self.start_agreement <= 1.0:
+            raise ConfigError(
+                f"method.ugncl.start_agreement must be a kappa in (-1, 1], got "
+                f"{self.start_agreement}; 0.5 starts the division once two epochs' noisy calls "
+                "agree well beyond chance"
+            )
+        if self.start_max_wait < 0:
+            raise ConfigError(
+                f"method.ugncl.start_max_wait must be >= 0 epochs, got {self.start_max_wait}"
+            )
+        if self.division_lambda_min is not None and self.division_lambda_min < 1:
+            raise ConfigError(
+                "method.ugncl.division_lambda_min must be >= 1 (rivals) or null, got "
+                f"{self.division_lambda_min}"
+            )
+        if self.null_level is not None and not 0.0 < self.null_level < 1.0:
+            raise ConfigError(
+                f"method.ugncl.null_level must be in (0, 1) or null, got {self.null_level}; "
+                "0.1 lets about a tenth of the unmemorised noisy pairs into hard-clean"
+            )
+        if self.division_pass == "training" and self.division_batch_size is not None:
+            raise ConfigError(
+                "method.ugncl.division_batch_size is set, but division_pass=training divides "
+                "each pair within its training batch (train.batch_size); set it to null or "
+                "use division_pass=separate"
+            )
 
 
 def merge_division(local: DivisionResult) -> DivisionResult:
@@ -235,278 +302,97 @@ class UGNCLMethod(Method):
     It reads the model's unit scores (``reads_unit_scores``, ``model.unit_scores``), the scale
     its evidence function is set for: SGRAF's raw scores as they are, CLIP's cosine rather
     than ``logit_scale.exp() * cos`` (on which ``tanh`` saturates and every evidence is
-    ``e^(1/tau)``).
+    ``e^(1/tau)``). In the pre-filter's epochs it divides by the pre-filter's selection
+    (``reads_prefilter``): the rejected pairs stay in its objective as hard-noisy.
     """
 
     name = "ugncl"
     epoch_record = "division"
     reads_unit_scores = True
+    reads_prefilter = True
     nonfinite_hint = (
         "Lower train.lr, check the input features for NaN, or set "
         "method.ugncl.evidence_ceiling lower."
     )
 
-    @section_defaults(UGNCLConfig)
     def __init__(
-        self,
-        *,
-        tau: float,
-        evidence: str,
-        evidence_ceiling: float,
-        evidence_floor: str,
-        p: float,
-        epsilon: float,
-        null_level: float | None,
-        soft_label: str,
-        kl_weight: float,
-        trl_weight: float | None,
-        margin: float,
-        margin_base: float,
-        trust_delta: float,
-        lambda_delta: float,
-        lambda_clock: str,
-        lambda_min: int,
-        evidential_loss: str,
-        division_batch_size: int | None,
-        kl_anneal_epochs: int,
-        hard_noisy_trl: bool,
-        noisy_edl: bool,
-        hard_target: str,
-        centring: str,
-        division_source: str,
-        division_pass: str,
-        division_lambda_min: int | None,
-        warmup_loss: str,
-        division_start: str,
-        start_separation: float,
-        start_agreement: float,
-        start_max_wait: int,
-        seed: str,
-        seed_alpha: float,
-        seed_fdr: float,
-        seed_epochs: int,
-        eval_score: str = "evidence",
+        self, config: UGNCLConfig | None = None, *, eval_score: str = "evidence", **fields: Any
     ) -> None:
+        """``config``: the ``method.ugncl`` section (default: its defaults); ``fields``
+        replace single keys of it (``UGNCLMethod(lambda_min=2)``).
+
+        Raises:
+            ConfigError: a setting :meth:`UGNCLConfig.validate` refuses.
+            TypeError: a keyword that is not a field of :class:`UGNCLConfig`.
+        """
         super().__init__(eval_score=eval_score)
-        self.tau = tau
-        self.evidence = evidence
+        self.config = dataclasses.replace(config or UGNCLConfig(), **fields)
+        self.config.validate()
         self.retrieval_reducer()  # fail at construction on a bad tau or evidence function
-        self.ceiling = evidence_ceiling
-        self.floor = evidence_floor
-        self.p = p
-        self.epsilon = epsilon
-        self.null_level = null_level
-        self.soft_label = soft_label
-        self.kl_weight = kl_weight
-        self.trl_weight = trl_weight
-        self.margin = margin
-        self.margin_base = margin_base
-        self.trust_delta = trust_delta
-        self.lambda_delta = lambda_delta
-        self.lambda_clock = lambda_clock
-        self.lambda_min = lambda_min
-        self.evidential_loss = evidential_loss
-        self.division_batch_size = division_batch_size
-        self.kl_anneal_epochs = kl_anneal_epochs
-        self.hard_noisy_trl = hard_noisy_trl
-        self.noisy_edl = noisy_edl
-        self.hard_target = hard_target
-        self.centring = centring
-        self.division_source = division_source
-        self.division_pass = division_pass
-        self.division_lambda_min = division_lambda_min
-        self.warmup_loss = warmup_loss
-        self.division_start = division_start
-        self.start_separation = start_separation
-        self.start_agreement = start_agreement
-        self.start_max_wait = start_max_wait
-        self.seed = seed
-        self.seed_alpha = seed_alpha
-        self.seed_fdr = seed_fdr
-        self.seed_epochs = seed_epochs
-        for key, value in (
-            ("warmup_loss", warmup_loss), ("division_start", division_start),
-            ("lambda_clock", lambda_clock), ("seed", seed),
-        ):  # fmt: skip
-            if value not in UGNCLConfig.CHOICES[key]:
-                choices = " | ".join(UGNCLConfig.CHOICES[key])
-                raise ConfigError(f"method.ugncl.{key} must be one of {choices}, got {value!r}")
-        if not -1.0 < start_agreement <= 1.0:
-            raise ConfigError(
-                f"method.ugncl.start_agreement must be a kappa in (-1, 1], got {start_agreement}; "
-                "0.5 starts the division once two epochs' noisy calls agree well beyond chance"
-            )
-        if not 0.0 < seed_alpha < 1.0:
-            raise ConfigError(
-                f"method.ugncl.seed_alpha must be in (0, 1), got {seed_alpha}; it is the share "
-                "of the noisy pairs the seed division lets in (0.02 by default)"
-            )
-        if not 0.0 < seed_fdr < 1.0:
-            raise ConfigError(
-                f"method.ugncl.seed_fdr must be in (0, 1), got {seed_fdr}; it is the largest "
-                "expected share of noisy pairs in the seed's clean set (0.1 by default)"
-            )
-        if seed_epochs < 0:
-            raise ConfigError(
-                f"method.ugncl.seed_epochs must be >= 0 epochs, got {seed_epochs}; 0 turns the "
-                "seed division off"
-            )
-        if start_max_wait < 0:
-            raise ConfigError(
-                f"method.ugncl.start_max_wait must be >= 0 epochs, got {start_max_wait}"
-            )
-        if division_lambda_min is not None and division_lambda_min < 1:
-            raise ConfigError(
-                f"method.ugncl.division_lambda_min must be >= 1 (rivals) or null, got "
-                f"{division_lambda_min}"
-            )
-        if null_level is not None and not 0.0 < null_level < 1.0:
-            raise ConfigError(
-                f"method.ugncl.null_level must be in (0, 1) or null, got {null_level}; 0.1 lets "
-                "about a tenth of the unmemorised noisy pairs into hard-clean"
-            )
-        if division_pass == "training" and division_batch_size is not None:
-            raise ConfigError(
-                "method.ugncl.division_batch_size is set, but division_pass=training divides "
-                "each pair within its training batch (train.batch_size); set it to null or "
-                "use division_pass=separate"
-            )
+        c = self.config
+        self.schedule = DivisionSchedule(
+            c.division_start, c.start_separation, c.start_agreement, c.start_max_wait
+        )
         self.division: DivisionResult | None = None
         # division_pass: training -- the opinions recorded by the training steps so far
         # (latest per sample), read at each epoch start.
         self._recorded: DivisionAccumulator | None = None
         self._last_lambda: int | None = None
-        # division_start: separated -- whether the division has started, whether this epoch
-        # is one more warm-up epoch (the start was deferred), and the soft labels' separation
-        # at each epoch start since train.warmup_epochs (start.py).
-        self.started = division_start == "fixed"
-        self.deferred = False
-        self._separations: list[float] = []
-        # division_start: agreed -- the set codes of the previous epoch start's division.
-        self._previous_sets: np.ndarray | None = None
-        # lambda_clock: division -- the global step at which the division started.
-        self._start_step: int | None = None
-        self._start_labels: list[np.ndarray] = []  # top_rival labels of the divided batches
-        # seed: linear -- the pairs' p-values (computed at the first epoch after the warm-up);
-        # None before, or where the data has no region features.
-        self._seed_pvalues: np.ndarray | None = None
-        self._seed_unavailable = False
+
+    @classmethod
+    def from_config(cls, section: Any, *, eval_score: str) -> UGNCLMethod:
+        """The method of the ``method.ugncl`` section, taken whole."""
+        return cls(section, eval_score=eval_score)
 
     def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
         """Ranks by this method's evidence (its ``tau`` and evidence function)."""
-        return view_reducer(self.eval_score, self.tau, self.evidence)
+        return view_reducer(self.eval_score, self.config.tau, self.config.evidence)
 
     def prepare(self, model: nn.Module, num_samples: int) -> None:
-        if self.division_pass == "training":
+        if self.config.division_pass == "training":
             self._recorded = DivisionAccumulator(num_samples)
 
     # ------------------------------------------------------------------ epoch start
     def on_epoch_start(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:
-        # division_start: agreed compares each division with the previous epoch's, so the
-        # last warm-up epoch with opinions recorded before it divides too (recorded only).
-        reference = (
-            self.division_start == "agreed" and not self.started and epoch >= 1
-            and epoch == ctx.warmup_epochs - 1
-        )  # fmt: skip
-        if epoch < ctx.warmup_epochs and not reference:
-            self._start_labels.clear()  # the start rule reads the latest epoch's opinions
+        """Divide the training pairs (the schedule says whether, and whether the epoch uses
+        the division); the record holds the division's quality and the start fields."""
+        if not self.schedule.divides(epoch, ctx.warmup_epochs):
             return None
-        batch_size = self.division_batch_size or ctx.batch_size
+        batch_size = self.config.division_batch_size or ctx.batch_size
         # Hardness of Eq. 16 at this epoch's first step: top_rival's rival count.
-        lam = self._division_lambda(self.hardness(batch_size, ctx.global_step))
-        if self._seeds(ctx, epoch):
-            return self._seed_epoch(ctx, lam)
-        if self.division_source == "truth":
-            self.division = truth_division(ctx.clean)
-        elif self.division_pass == "training":
-            self.division = self._division_from_training(ctx, epoch, batch_size, lam)
-        else:
-            self.division = self._divide_with_model(ctx, epoch, batch_size, lam)
+        lam = self._division_lambda(self.hardness(batch_size, ctx.global_step, epoch))
+        if ctx.prefilter is not None and self.config.division_source == "model":
+            return self._prefilter_epoch(ctx, lam)  # the truth diagnostic ignores it
+        self.division = self._new_division(ctx, epoch, batch_size, lam)
         record = {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
-        if self.division_start == "agreed" and not self.started:
-            self._decide_agreed_start(epoch - ctx.warmup_epochs, record)
-            if epoch < ctx.warmup_epochs:
-                self.division = None  # the reference division only
-                return record
-        elif not self.started:
-            # Every pair's diagonal against its lambda strongest rivals (top_rival's label,
-            # whatever the set): a determined pair's 0/1 label would make two modes of its own.
-            labels = np.concatenate(self._start_labels) if self._start_labels else np.empty(0)
-            self._start_labels.clear()
-            sep = two_mode_separation(label_logits(labels))
-            self._separations.append(sep["separation"])
-            self.started = should_start_division(self._separations, self.start_separation)
-            record.update({f"start_{k}": v for k, v in sep.items()})
+        record.update(
+            self.schedule.decide(epoch - ctx.warmup_epochs, self.division.sets, ctx.global_step)
+        )
+        if epoch < ctx.warmup_epochs:
+            self.division = None  # the reference division only
         # Until the start, the epoch trains with the warm-up objective (the division above is
         # recorded, not used).
-        self.deferred = not self.started
-        if self.started and self._start_step is None:
-            self._start_step = ctx.global_step
-        record["dividing"] = self.started
         return record
 
-    def _seeds(self, ctx: MethodContext, epoch: int) -> bool:
-        """Whether this epoch trains on the seed division (``seed: linear``): one of the
-        ``seed_epochs`` after the warm-up, on region features, with ``division_source:
-        model`` (the truth diagnostic is never seeded)."""
-        if self.seed != "linear" or self.division_source != "model":
-            return False
-        if not 0 <= epoch - ctx.warmup_epochs < self.seed_epochs:
-            return False
-        if self._seed_pvalues is None and not self._seed_unavailable:
-            self._seed_pvalues = self._compute_seed(ctx)
-            self._seed_unavailable = self._seed_pvalues is None
-        return self._seed_pvalues is not None
+    def _new_division(
+        self, ctx: MethodContext, epoch: int, batch_size: int, lam: int
+    ) -> DivisionResult:
+        """This epoch's division: the truth diagnostic, the training steps' records
+        (``division_pass: training``) or a pass over the training set (``separate``)."""
+        if self.config.division_source == "truth":
+            return truth_division(ctx.clean)
+        if self.config.division_pass == "training":
+            return self._division_from_training(ctx, epoch, batch_size, lam)
+        return self._divide_with_model(ctx, epoch, batch_size, lam)
 
-    def _compute_seed(self, ctx: MethodContext) -> np.ndarray | None:
-        """The seed's p-values over the training pairs (None on raw images)."""
-        if ctx.fetch is None:
-            raise RuntimeError("method.ugncl.seed=linear needs MethodContext.fetch")
-        pvalues = training_pair_pvalues(ctx.fetch, ctx.num_samples, ctx.batch_size, ctx.seed)
-        if pvalues is None:
-            logger.warning(
-                "method.ugncl.seed=linear needs region features; these images are pixels, so "
-                "the model's own division starts as method.ugncl.division_start says"
-            )
-            return None
-        if not seed_selection(pvalues, self.seed_alpha, self.seed_fdr).any():
-            logger.warning(
-                "the seed division selects no pair at method.ugncl.seed_fdr=%s (the linear fit "
-                "tells too few pairs from unrelated ones); the model's own division starts as "
-                "method.ugncl.division_start says",
-                self.seed_fdr,
-            )
-            return None
-        return pvalues
-
-    def _seed_epoch(self, ctx: MethodContext, lam: int) -> dict[str, Any]:
-        """Divide by the seed (:func:`seed_selection` hard-clean, the rest hard-noisy); the
-        record adds the estimated share of noisy pairs (``seed_null_share``)."""
-        self.division = hard_division(
-            seed_selection(self._seed_pvalues, self.seed_alpha, self.seed_fdr)
-        )
-        self.started, self.deferred = True, False
-        if self._start_step is None:
-            self._start_step = ctx.global_step
+    def _prefilter_epoch(self, ctx: MethodContext, lam: int) -> dict[str, Any]:
+        """Divide by the pre-filter's selection (kept pairs hard-clean, the rest hard-noisy);
+        the record adds its estimate of the share of noisy pairs."""
+        self.division = hard_division(ctx.prefilter.selected)
+        self.schedule.start_now(ctx.global_step)
         record = {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
-        record["seed_null_share"] = null_share(self._seed_pvalues)
-        return {**record, "seeded": True, "dividing": True}
-
-    def _decide_agreed_start(self, waited: int, record: dict[str, Any]) -> None:
-        """``division_start: agreed``: start once this division repeats the previous one.
-
-        ``waited``: epochs since ``train.warmup_epochs`` (negative for the reference division
-        of the last warm-up epoch, which only keeps its sets)."""
-        sets = np.asarray(self.division.sets).copy()
-        previous, self._previous_sets = self._previous_sets, sets
-        if waited < 0:
-            record["dividing"] = False
-            return
-        kappa = None if previous is None else division_agreement(previous, sets)
-        record["start_agreement"] = kappa
-        self.started = (kappa is not None and kappa >= self.start_agreement) or (
-            waited >= self.start_max_wait
-        )
+        record["prefilter_null_share"] = ctx.prefilter.null_share
+        return {**record, "prefiltered": True, "dividing": True}
 
     def _divide_with_model(
         self,
@@ -536,30 +422,24 @@ class UGNCLMethod(Method):
         by ``division_lambda_min``); ``tools/audit_division.py`` divides with it too.
         Before the division starts (``division_start: separated``) it also keeps every pair's
         ``top_rival`` label for the start rule."""
-        if self.division_start == "separated" and not self.started:
+        c = self.config
+        if self.schedule.wants_labels:
             with torch.no_grad():
                 log_e = fused_log_evidence(
-                    centre_scores(raw.detach(), self.centring), tau=self.tau, floor=self.floor,
-                    function=self.evidence,
+                    centre_scores(raw.detach(), c.centring), tau=c.tau, floor=c.evidence_floor,
+                    function=c.evidence,
                 )  # fmt: skip
                 y = hard_soft_label(log_e, "top_rival", self._division_lambda(lam))
-            self._start_labels.append(y.float().cpu().numpy())
+            self.schedule.labels.append(y.float().cpu().numpy())
         return divide_batch(
-            raw,
-            tau=self.tau,
-            floor=self.floor,
-            function=self.evidence,
-            p=self.p,
-            epsilon=self.epsilon,
-            null_level=self.null_level,
-            soft_label=self.soft_label,
-            lam=self._division_lambda(lam),
-            centring=self.centring,
-        )
+            raw, tau=c.tau, floor=c.evidence_floor, function=c.evidence, p=c.p,
+            epsilon=c.epsilon, null_level=c.null_level, soft_label=c.soft_label,
+            lam=self._division_lambda(lam), centring=c.centring,
+        )  # fmt: skip
 
     def _division_lambda(self, lam: int) -> int:
         """top_rival's rival count for the loss's hardness ``lam`` (``division_lambda_min``)."""
-        return max(lam, self.division_lambda_min or 0)
+        return max(lam, self.config.division_lambda_min or 0)
 
     def _division_from_training(
         self, ctx: MethodContext, epoch: int, batch_size: int, lam: int
@@ -595,24 +475,24 @@ class UGNCLMethod(Method):
         (``warmup_loss: hinge_all``) or the released identity-target evidential loss +
         top-lambda hinge; then Eqs. 12-18."""
         raw = self.scores(model, batch).float()
-        lam = self.hardness(raw.shape[-1], ctx.global_step)
+        lam = self.hardness(raw.shape[-1], ctx.global_step, ctx.epoch)
         self._last_lambda = lam
         common = dict(
             lam=lam,
-            tau=self.tau,
-            ceiling=self.ceiling,
-            floor=self.floor,
-            function=self.evidence,
+            tau=self.config.tau,
+            ceiling=self.config.evidence_ceiling,
+            floor=self.config.evidence_floor,
+            function=self.config.evidence,
             kl_weight=self.kl_weight_at(ctx.epoch),
             trl_weight=self.trl_weight_at(raw.shape[-1]),
-            gamma=self.margin,
-            evidential=self.evidential_loss,
-            centring=self.centring,
+            gamma=self.config.margin,
+            evidential=self.config.evidential_loss,
+            centring=self.config.centring,
         )
-        if ctx.warmup or self.deferred:
+        if ctx.warmup or self.schedule.deferred:
             self._record(raw, batch, lam)
-            if self.warmup_loss == "hinge_all":
-                return triplet_objective(raw, margin=self.margin, max_violation=False)
+            if self.config.warmup_loss == "hinge_all":
+                return triplet_objective(raw, margin=self.config.margin, max_violation=False)
             return warmup_objective(raw, **common)
         if self.division is None:
             raise RuntimeError(
@@ -626,11 +506,11 @@ class UGNCLMethod(Method):
             sets=sets,
             soft_label=soft_label,
             u_bar=u_bar,
-            margin_base=self.margin_base,
-            trust_delta=self.trust_delta,
-            hard_noisy_trl=self.hard_noisy_trl,
-            noisy_edl=self.noisy_edl,
-            hard_target=self.hard_target,
+            margin_base=self.config.margin_base,
+            trust_delta=self.config.trust_delta,
+            hard_noisy_trl=self.config.hard_noisy_trl,
+            noisy_edl=self.config.noisy_edl,
+            hard_target=self.config.hard_target,
             **common,
         )
 
@@ -646,17 +526,19 @@ class UGNCLMethod(Method):
         if self._recorded is not None:
             self._recorded.add(batch.index.cpu(), self.divide(raw.detach(), lam))
 
-    def hardness(self, k: int, global_step: int) -> int:
-        """Eq. 16's ``lambda`` for a batch of ``k`` pairs at ``global_step``.
+    def hardness(self, k: int, global_step: int, epoch: int = 0) -> int:
+        """Eq. 16's ``lambda`` for a batch of ``k`` pairs at ``global_step`` of ``epoch``.
 
-        ``lambda_clock: global`` counts every step (released); ``division`` counts the steps
-        since the division started, so a world on which the warm-up learns slowly (and the
-        start is deferred) is not handed the hardest negatives before its division can tell
-        clean pairs from noisy ones."""
-        step = global_step
-        if self.lambda_clock == "division":
-            step = 0 if self._start_step is None else max(global_step - self._start_step, 0)
-        return lambda_schedule(k, step, delta=self.lambda_delta, theta=self.lambda_min)
+        ``lambda_clock: global`` counts every step (released); ``epoch`` the epochs (paper,
+        warm-up included); ``division`` counts the steps since the division started, so a
+        world on which the warm-up learns slowly (and the start is deferred) is not handed
+        the hardest negatives before its division can tell clean pairs from noisy ones."""
+        clock = self.config.lambda_clock
+        tick = {"global": global_step, "epoch": epoch}.get(clock)
+        if tick is None:
+            tick = self.schedule.steps_since_start(global_step)
+        return lambda_schedule(k, tick, delta=self.config.lambda_delta,
+                               theta=self.config.lambda_min)  # fmt: skip
 
     def trl_weight_at(self, k: int) -> float:
         """xi2 of a batch of ``k`` pairs: the set value, or (null) ``XI2_TIMES_K / k``.
@@ -664,16 +546,16 @@ class UGNCLMethod(Method):
         ``L_t`` is summed over the batch's anchors and ``L_e`` averaged over its queries, so
         each anchor's hinge weighs xi2 against 1/K of ``L_e``; the paper's 0.8 is set at
         K = 128 (docs/methods/ugncl.md, "The KL brake")."""
-        return XI2_TIMES_K / k if self.trl_weight is None else self.trl_weight
+        return XI2_TIMES_K / k if self.config.trl_weight is None else self.config.trl_weight
 
     def kl_weight_at(self, epoch: int) -> float:
         """xi1, optionally annealed as in Sensoy et al. (2018): ``xi1 * min(1, epoch / n)``.
 
         ``kl_anneal_epochs = 0`` (default) keeps xi1 constant, as the released code does.
         """
-        if self.kl_anneal_epochs <= 0:
-            return self.kl_weight
-        return self.kl_weight * min(1.0, epoch / self.kl_anneal_epochs)
+        if self.config.kl_anneal_epochs <= 0:
+            return self.config.kl_weight
+        return self.config.kl_weight * min(1.0, epoch / self.config.kl_anneal_epochs)
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> dict[str, Any]:
@@ -684,36 +566,15 @@ class UGNCLMethod(Method):
         """The last division (per-sample arrays indexed by sample index) and, with
         ``division_pass: training``, the opinions recorded since, for checkpoints."""
         state = {"division": None if self.division is None else self.division.to_state()}
-        state["started"] = self.started
-        state["deferred"] = self.deferred
-        state["separations"] = list(self._separations)
-        state["start_step"] = self._start_step
-        if self._previous_sets is not None:
-            state["previous_sets"] = torch.from_numpy(self._previous_sets.astype(np.int64))
-        # The labels kept since the last epoch start: a run resumed at an epoch boundary
-        # decides the start on the same opinions as an uninterrupted one.
-        labels = np.concatenate(self._start_labels) if self._start_labels else np.empty(0)
-        state["start_labels"] = torch.from_numpy(labels.astype(np.float32))
+        state.update(self.schedule.state())
         if self._recorded is not None:
             state["recorded"] = self._recorded.result().to_state()
-        if self._seed_pvalues is not None:
-            state["seed_pvalues"] = torch.from_numpy(self._seed_pvalues.astype(np.float64))
         return state
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         division = state.get("division")
         self.division = None if division is None else DivisionResult.from_state(division)
-        self.started = bool(state.get("started", self.division_start == "fixed"))
-        self.deferred = bool(state.get("deferred", False))
-        self._separations = [float(x) for x in state.get("separations", [])]
-        start_step = state.get("start_step")
-        self._start_step = None if start_step is None else int(start_step)
-        previous = state.get("previous_sets")
-        self._previous_sets = None if previous is None else np.asarray(previous)
-        labels = state.get("start_labels")
-        self._start_labels = [] if labels is None or not len(labels) else [np.asarray(labels)]
-        seed = state.get("seed_pvalues")
-        self._seed_pvalues = None if seed is None else np.asarray(seed, dtype=np.float64)
+        self.schedule.load_state(state)
         recorded = state.get("recorded")
         if self._recorded is not None and recorded is not None:
             self._recorded = DivisionAccumulator.from_result(DivisionResult.from_state(recorded))

@@ -55,13 +55,13 @@ def _division(labels: np.ndarray) -> DivisionResult:
 def test_divide_keeps_top_rival_labels_until_the_start() -> None:
     import torch
 
-    method = UGNCLMethod(division_start="separated", seed="none")
+    method = UGNCLMethod(division_start="separated")
     raw = torch.randn(2, 8, 8)
     method.divide(raw, lam=3)
-    assert len(method._start_labels) == 1 and method._start_labels[0].shape == (8,)
-    method.started = True
+    assert len(method.schedule.labels) == 1 and method.schedule.labels[0].shape == (8,)
+    method.schedule.started = True
     method.divide(raw, lam=3)
-    assert len(method._start_labels) == 1
+    assert len(method.schedule.labels) == 1
 
 
 def test_method_defers_the_division_until_the_labels_separate(monkeypatch) -> None:
@@ -72,40 +72,40 @@ def test_method_defers_the_division_until_the_labels_separate(monkeypatch) -> No
     one_mode = (1 / (1 + np.exp(-rng.normal(0.0, 0.3, n)))).astype(np.float32)
     two_modes = 1 / (1 + np.exp(-np.r_[rng.normal(-4, 1, n // 2), rng.normal(4, 1, n // 2)]))
     labels = iter([one_mode, two_modes.astype(np.float32)])
-    method = UGNCLMethod(division_pass="separate", division_start="separated", seed="none")
+    method = UGNCLMethod(division_pass="separate", division_start="separated")
 
     def divide(*args, **kwargs) -> DivisionResult:
         y = next(labels)
-        method._start_labels.append(y)  # what divide() keeps of every divided batch
+        method.schedule.labels.append(y)  # what divide() keeps of every divided batch
         return _division(y)
 
     monkeypatch.setattr(method, "_divide_with_model", divide)
-    ctx = SimpleNamespace(warmup_epochs=1, batch_size=32, global_step=0,
+    ctx = SimpleNamespace(warmup_epochs=1, batch_size=32, global_step=0, prefilter=None,
                           clean=np.ones(n, bool), num_samples=n)  # fmt: skip
     first = method.on_epoch_start(ctx, 1)
-    assert first["dividing"] is False and method.deferred and first["start_separation"] < 2
+    assert first["dividing"] is False and method.schedule.deferred and first["start_separation"] < 2
     second = method.on_epoch_start(ctx, 2)
-    assert second["dividing"] is True and not method.deferred
+    assert second["dividing"] is True and not method.schedule.deferred
     assert second["start_separation"] > 2
     state = method.get_extra_state()
-    again = UGNCLMethod(division_pass="separate", division_start="separated", seed="none")
+    again = UGNCLMethod(division_pass="separate", division_start="separated")
     again.set_extra_state(state)
-    assert again.started and not again.deferred
+    assert again.schedule.started and not again.schedule.deferred
 
 
 def test_start_labels_travel_in_the_checkpoint_state() -> None:
     """A run resumed at an epoch boundary decides the start on the labels kept before it."""
     import torch
 
-    method = UGNCLMethod(division_start="separated", seed="none")
+    method = UGNCLMethod(division_start="separated")
     method.divide(torch.randn(2, 8, 8), lam=3)
-    again = UGNCLMethod(division_start="separated", seed="none")
+    again = UGNCLMethod(division_start="separated")
     again.set_extra_state(method.get_extra_state())
     np.testing.assert_array_equal(
-        np.concatenate(again._start_labels), np.concatenate(method._start_labels)
+        np.concatenate(again.schedule.labels), np.concatenate(method.schedule.labels)
     )
-    fixed = UGNCLMethod(division_start="fixed", seed="none")
-    assert fixed.started and not fixed.deferred
+    fixed = UGNCLMethod(division_start="fixed")
+    assert fixed.schedule.started and not fixed.schedule.deferred
 
 
 def test_agreement_is_chance_corrected_kappa() -> None:
@@ -138,34 +138,30 @@ def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
     truth = rng.random(n) < 0.5
     noisy_calls = [rng.random(n) < 0.5, rng.random(n) < 0.5, truth, truth]
     calls = iter(noisy_calls)
-    method = UGNCLMethod(
-        division_pass="separate", division_start="agreed", start_agreement=0.5, seed="none"
-    )
+    method = UGNCLMethod(division_pass="separate", division_start="agreed", start_agreement=0.5)
 
     def divide(*args, **kwargs) -> DivisionResult:
         return _division(np.where(next(calls), 0.1, 0.9).astype(np.float32))
 
     monkeypatch.setattr(method, "_divide_with_model", divide)
-    ctx = SimpleNamespace(warmup_epochs=2, batch_size=32, global_step=0,
+    ctx = SimpleNamespace(warmup_epochs=2, batch_size=32, global_step=0, prefilter=None,
                           clean=~truth, num_samples=n)  # fmt: skip
     assert method.on_epoch_start(ctx, 0) is None
     reference = method.on_epoch_start(ctx, 1)
     assert reference["dividing"] is False and method.division is None
     chance = method.on_epoch_start(ctx, 2)
-    assert chance["dividing"] is False and method.deferred
+    assert chance["dividing"] is False and method.schedule.deferred
     assert abs(chance["start_agreement"]) < 0.2
-    resumed = UGNCLMethod(division_pass="separate", division_start="agreed", seed="none")
+    resumed = UGNCLMethod(division_pass="separate", division_start="agreed")
     resumed.set_extra_state(method.get_extra_state())
-    np.testing.assert_array_equal(resumed._previous_sets, method._previous_sets)
+    np.testing.assert_array_equal(resumed.schedule.previous_sets, method.schedule.previous_sets)
     still = method.on_epoch_start(ctx, 3)  # random -> truth: no agreement yet
     assert still["dividing"] is False
     started = method.on_epoch_start(ctx, 4)  # truth -> truth
     assert started["dividing"] is True and started["start_agreement"] == pytest.approx(1.0)
-    assert not method.deferred and method.division is not None
+    assert not method.schedule.deferred and method.division is not None
 
-    capped = UGNCLMethod(
-        division_pass="separate", division_start="agreed", start_max_wait=0, seed="none"
-    )
+    capped = UGNCLMethod(division_pass="separate", division_start="agreed", start_max_wait=0)
     monkeypatch.setattr(capped, "_divide_with_model", lambda *a, **k: _division(
         np.where(rng.random(n) < 0.5, 0.1, 0.9).astype(np.float32)))  # fmt: skip
     capped.on_epoch_start(ctx, 1)

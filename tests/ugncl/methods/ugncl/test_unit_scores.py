@@ -101,7 +101,7 @@ def _division_record(tmp_path, model: CLIPSimilarity, batch: PairBatch, clean: T
         model=model, device=cpu, precision=select_precision("off", cpu), run_dir=tmp_path,
         seed=0, warmup_epochs=1, batch_size=K, num_samples=K, clean=clean.numpy(),
         recorder=None, batches=lambda *a, **kw: [batch], global_step=1,
-        fetch=lambda indices: batch,  # pixels: the seed division is not available
+        fetch=lambda indices: batch,
     )  # fmt: skip
     record = method.on_epoch_start(ctx, epoch=1)
     return {**record, "sets": method.division.sets, "u": method.division.u}
@@ -147,6 +147,6 @@ def test_evaluation_ranks_ugncl_on_clip_by_the_cosines_evidence() -> None:
         scores = score_matrix(
             model, encoded, score=method.retrieval_score, unit_scores=method.reads_unit_scores
         )
-        expected = (torch.tanh(cosines(model, batch)) / method.tau).numpy()
+        expected = (torch.tanh(cosines(model, batch)) / method.config.tau).numpy()
     np.testing.assert_allclose(scores, expected, atol=1e-4)
     assert len(np.unique(scores.round(4))) == K * K  # no ties

@@ -1,9 +1,12 @@
-"""The seed division: a closed-form linear fit of the noisy pairs, cross-fitted.
+"""The pre-filter (``prefilter.kind: linear``): a closed-form linear fit of the noisy pairs,
+cross-fitted, whose per-pair p-values select the pairs that train for the first
+``prefilter.epochs`` epochs after the warm-up, whatever the method.
 
 Why a second, model-free view. On a world where the warm-up learns only the coarsest cue (the
 default synthetic world at 70% noise learns its place word and no objects), the network's
 first division keeps about half of the noisy pairs, and a hard-clean set that noisy does not
-let the model take off (docs/research/ugncl-generalisation.md). A ridge regression from a
+let the model take off (docs/research/ugncl-generalisation.md); a plain hinge trained on
+all pairs there collapses. A ridge regression from a
 caption's bag of words to its paired image's pooled region features sees the same noisy
 pairs, but it is fitted in closed form: the 70% of unrelated pairs add variance, not a
 direction, and the related 30% still pull each word towards the features of its objects.
@@ -14,7 +17,7 @@ saw it. For each caption the paired image is ranked among a fixed set of rival i
 noisy pair the paired image is unrelated to the caption, so its rank is uniform: ``rank /
 rivals`` is a p-value, and the pairs with ``p < alpha`` let in about ``alpha`` of the noisy
 pairs whatever the noise ratio, the world or the fit's quality. The fit's quality decides only
-how many clean pairs pass. :func:`seed_selection` also keeps the selection within a
+how many clean pairs pass. :func:`select_pairs` also keeps the selection within a
 Benjamini-Hochberg bound on its share of noisy pairs, so a weak fit selects fewer, or none.
 
 One refit sharpens it: the second fit weighs each pair by ``max(1 - 2 p, 0)`` of a first fit,
@@ -27,7 +30,10 @@ Shapes: N pairs (captions), I images, V words, D region-feature dimensions.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -35,16 +41,21 @@ import torch
 
 from ugncl.core.data import PairBatch
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "KINDS",
+    "Prefilter",
+    "PrefilterSelection",
     "caption_bags",
     "fit_text_to_image",
-    "gather_seed_inputs",
+    "gather_prefilter_inputs",
     "image_components",
     "linear_pair_pvalues",
     "null_share",
     "pair_pvalues",
-    "seed_pvalues",
-    "seed_selection",
+    "prefilter_pvalues",
+    "select_pairs",
     "training_pair_pvalues",
 ]
 
@@ -238,7 +249,7 @@ def linear_pair_pvalues(
     return pvalues
 
 
-def seed_pvalues(
+def prefilter_pvalues(
     captions: Sequence[np.ndarray],
     vocab_size: int,
     pooled: np.ndarray,
@@ -285,8 +296,8 @@ def null_share(pvalues: np.ndarray, lam: float = 0.5) -> float:
     return float(min(1.0, (p > lam).mean() / (1.0 - lam)))
 
 
-def seed_selection(pvalues: np.ndarray, alpha: float, fdr: float) -> np.ndarray:
-    """The pairs the seed trains as clean: ``p < alpha``, and within the Benjamini-Hochberg
+def select_pairs(pvalues: np.ndarray, alpha: float, fdr: float) -> np.ndarray:
+    """The pairs the pre-filter keeps: ``p < alpha``, and within the Benjamini-Hochberg
     set at false-discovery rate ``fdr`` (with :func:`null_share` for the null's share).
 
     ``alpha`` bounds the share of the noisy pairs let in; ``fdr`` bounds the share of the
@@ -310,13 +321,13 @@ def seed_selection(pvalues: np.ndarray, alpha: float, fdr: float) -> np.ndarray:
     return (p < alpha) & (p <= cut)
 
 
-def gather_seed_inputs(
+def gather_prefilter_inputs(
     fetch: Callable[[np.ndarray], PairBatch], num_samples: int, batch_size: int
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray] | None:
     """Every training pair's caption tokens, paired image and its regions' max, in one pass.
 
-    Every process reads all samples itself (``fetch`` is not sharded), so each computes the
-    same seed without communication.
+    Every process reads all samples itself (``fetch`` is not sharded), so whichever process
+    calls it needs no communication (the trainer calls it on rank 0 and broadcasts).
 
     Args:
         fetch: ``fetch(indices (K,)) -> PairBatch`` of the training samples.
@@ -355,8 +366,8 @@ def gather_seed_inputs(
 def training_pair_pvalues(
     fetch: Callable[[np.ndarray], PairBatch], num_samples: int, batch_size: int, seed: int
 ) -> np.ndarray | None:
-    """The seed's p-values of every training pair, read through ``fetch``
-    (:func:`gather_seed_inputs`, then :func:`seed_pvalues`).
+    """The pre-filter's p-values of every training pair, read through ``fetch``
+    (:func:`gather_prefilter_inputs`, then :func:`prefilter_pvalues`).
 
     Args:
         fetch: ``fetch(indices (K,)) -> PairBatch`` of the training samples.
@@ -367,9 +378,114 @@ def training_pair_pvalues(
     Returns:
         ``(N,)`` p-values; None where the images are not region features.
     """
-    inputs = gather_seed_inputs(fetch, num_samples, batch_size)
+    inputs = gather_prefilter_inputs(fetch, num_samples, batch_size)
     if inputs is None:
         return None
     captions, pooled, image_index = inputs
     vocab_size = 1 + max((int(c.max()) for c in captions if len(c)), default=0)
-    return seed_pvalues(captions, vocab_size, pooled, image_index, seed=seed)
+    return prefilter_pvalues(captions, vocab_size, pooled, image_index, seed=seed)
+
+
+KINDS = ("none", "linear")  # prefilter.kind
+
+
+@dataclass(frozen=True)
+class PrefilterSelection:
+    """The pre-filter's verdict on a run's training pairs, indexed by sample.
+
+    Attributes:
+        pvalues: ``(N,)`` each pair's p-value (:func:`training_pair_pvalues`).
+        selected: ``(N,)`` bool, the pairs kept (:func:`select_pairs`).
+    """
+
+    pvalues: np.ndarray
+    selected: np.ndarray
+
+    @property
+    def null_share(self) -> float:
+        """Storey's estimate of the share of noisy pairs (:func:`null_share`)."""
+        return null_share(self.pvalues)
+
+    def keep(self, samples: np.ndarray | None) -> np.ndarray:
+        """``samples`` (None: every sample) without the pairs the pre-filter rejects."""
+        chosen = np.flatnonzero(self.selected)
+        return chosen if samples is None else np.intersect1d(np.asarray(samples), chosen)
+
+    def record(self, clean: np.ndarray) -> dict[str, Any]:
+        """The ``prefilter`` record: pairs, selected, the estimated noisy share and, where the
+        noise file marks noisy pairs (``clean`` not all true), the shares of the clean and of
+        the noisy pairs selected (reported, never used)."""
+        clean = np.asarray(clean, dtype=bool)
+        chosen = self.selected
+        out: dict[str, Any] = {
+            "pairs": len(chosen), "selected": int(chosen.sum()),
+            "estimated_noisy_share": self.null_share,
+        }  # fmt: skip
+        if len(clean) == len(chosen) and not clean.all():
+            out.update(
+                noisy_share=float((~clean).mean()),
+                clean_selected=float(chosen[clean].mean()) if clean.any() else None,
+                noisy_selected=float(chosen[~clean].mean()),
+                selected_clean_share=float(clean[chosen].mean()) if chosen.any() else None,
+            )
+        return out
+
+
+class Prefilter:
+    """``prefilter.*`` over one run: which epochs it applies to and its selection, computed
+    once (at the first epoch it applies to) and kept in the trainer's checkpoints.
+
+    The trainer hands the selection to the method (``MethodContext.prefilter``) in the
+    ``epochs`` epochs after the warm-up and, unless the method reads it itself
+    (``Method.reads_prefilter``), leaves the rejected pairs out of those epochs' samples.
+    """
+
+    def __init__(self, *, kind: str, alpha: float, fdr: float, epochs: int) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"prefilter.kind must be one of {' | '.join(KINDS)}, got {kind!r}")
+        self.kind, self.alpha, self.fdr, self.epochs = kind, alpha, fdr, epochs
+        self._pvalues: np.ndarray | None = None
+        self._unavailable = False
+
+    def applies(self, epoch: int, warmup_epochs: int) -> bool:
+        """Whether epoch ``epoch`` (0-based, warm-up included) is one of the pre-filter's."""
+        return self.kind != "none" and 0 <= epoch - warmup_epochs < self.epochs
+
+    def selection(
+        self, pvalues: Callable[[], np.ndarray | None]
+    ) -> tuple[PrefilterSelection | None, bool]:
+        """The selection, computing the p-values with ``pvalues()`` the first time (None:
+        the images are not region features). Returns ``(selection or None, computed now)``;
+        None where it cannot run (pixels) or selects no pair: the run trains as
+        ``prefilter.kind: none``, with one warning."""
+        fresh = self._pvalues is None and not self._unavailable
+        if fresh:
+            self._pvalues = pvalues()
+            if self._pvalues is None:
+                logger.warning(
+                    "prefilter.kind=%s needs region features; this run's images are pixels, "
+                    "so it trains as prefilter.kind=none", self.kind,
+                )  # fmt: skip
+            elif not select_pairs(self._pvalues, self.alpha, self.fdr).any():
+                logger.warning(
+                    "the pre-filter selects no pair at prefilter.fdr=%s (the linear fit tells "
+                    "too few pairs from unrelated ones); the run trains as prefilter.kind=none",
+                    self.fdr,
+                )  # fmt: skip
+            self._unavailable = self._pvalues is None
+        if self._pvalues is None:
+            return None, fresh
+        chosen = select_pairs(self._pvalues, self.alpha, self.fdr)
+        if not chosen.any():
+            return None, fresh
+        return PrefilterSelection(self._pvalues, chosen), fresh
+
+    def state_dict(self) -> dict[str, Any]:
+        """The p-values (a float64 tensor, or None before they are computed) for checkpoints."""
+        pvalues = None if self._pvalues is None else torch.from_numpy(self._pvalues.copy())
+        return {"pvalues": pvalues, "unavailable": self._unavailable}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pvalues = state.get("pvalues")
+        self._pvalues = None if pvalues is None else np.asarray(pvalues, dtype=np.float64)
+        self._unavailable = bool(state.get("unavailable", False))

@@ -1,4 +1,4 @@
-"""tools/seed_division.py: what UGNCL's seed division selects, before any training."""
+"""tools/prefilter.py: what the pre-filter keeps, before any training, for any method."""
 
 from __future__ import annotations
 
@@ -20,35 +20,44 @@ def activity_world(tmp_path_factory) -> Path:
 
 
 def _data(root: Path, *extra: str) -> list[str]:
-    return [f"data.root={root}", "data.noise_ratio=0.5", "data.dev_images=10", *extra]
+    return [f"data.root={root}", "data.noise_ratio=0.5", "data.dev_images=10",
+            "model.sgraf.img_dim=64", *extra]  # fmt: skip
 
 
-def test_the_seed_selects_mostly_clean_pairs_and_estimates_the_noise(
+def test_the_prefilter_keeps_mostly_clean_pairs_and_estimates_the_noise(
     tool, activity_world, capsys
 ) -> None:
     noise = activity_world / "synthetic_precomp" / "noise_0.5_seed0.npy"
     data = _data(activity_world, f"data.noise_file={noise}", "data.train_images=null")
     argv = ["--cfg", "ugncl_synthetic", "--json", "--set", *data]
-    assert tool("seed_division").main(argv) == 0
+    assert tool("prefilter").main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["pairs"] == 1500 and out["selected"] > 100
     assert out["selected_clean_share"] > 0.9
     assert out["noisy_selected"] < 0.03 and out["clean_selected"] > 0.2
     assert abs(out["estimated_noisy_share"] - out["noisy_share"]) < 0.12
     # A stricter false-discovery rate selects fewer pairs.
-    assert tool("seed_division").main([*argv, "method.ugncl.seed_fdr=0.01"]) == 0
+    assert tool("prefilter").main([*argv, "prefilter.fdr=0.01"]) == 0
     assert json.loads(capsys.readouterr().out)["selected"] < out["selected"]
 
 
 def test_a_fit_that_says_nothing_selects_no_pair(tool, tiny_world, capsys) -> None:
     argv = ["--cfg", "ugncl_synthetic", "--set", *_data(tiny_world, "data.dev_images=12")]
-    assert tool("seed_division").main(argv) == 0
+    assert tool("prefilter").main(argv) == 0
     out = capsys.readouterr().out
     assert "240 training pairs" in out
-    assert "UGNCL divides by the model from the start" in out
+    assert "trains as prefilter.kind=none" in out
 
 
-def test_the_seed_needs_ugncl(tool, tiny_world, capsys) -> None:
-    assert tool("seed_division").main(["--cfg", "clip_synthetic", "--set",
-                                       f"data.root={tiny_world}"]) == 2  # fmt: skip
-    assert capsys.readouterr().err.startswith("error: the seed division is UGNCL's")
+def test_any_method_may_ask_and_pixels_are_refused(tool, tiny_world, tmp_path, capsys):
+    from tests.conftest import write_tiny_clip_world
+
+    argv = ["--cfg", "triplet_synthetic", "--set", *_data(tiny_world, "data.dev_images=12")]
+    assert tool("prefilter").main(argv) == 0
+    assert "240 training pairs" in capsys.readouterr().out
+    root = write_tiny_clip_world(tmp_path / "clip", 8, 16)
+    argv = ["--cfg", "clip_synthetic", "--set", f"data.root={root}", "data.dev_images=6",
+            "data.train_images=8", "data.noise_ratio=0.5", "model.clip.pretrained=random",
+            "model.clip.context_length=24", "model.clip.image_size=16"]  # fmt: skip
+    assert tool("prefilter").main(argv) == 2
+    assert capsys.readouterr().err.startswith("error: the pre-filter needs region features")

@@ -1,16 +1,16 @@
-"""Benchmark of UGNCL's seed division at the sizes of the released datasets.
+"""Benchmark of the pre-filter (``prefilter.kind: linear``) at the sizes of the released datasets.
 
-``python tools/bench_seed.py [--preset flickr30k|coco|cc152k | --images I
+``python tools/bench_prefilter.py [--preset flickr30k|coco|cc152k | --images I
 --captions-per-image C] [--dim 2048] [--vocab 8000] [--noise 0.5] [--threads 1] [--json]``
 
 A planted world stands in for the pooled region features and the captions: each image shows
 3 of 300 object categories, its pooled feature is the ReLU of their directions plus noise, and
 each caption names the objects of its true image among random filler words; ``--noise`` of the
 captions are paired with a random image. The cost of the fit does not depend on the values, so
-this times :func:`ugncl.methods.ugncl.seed.seed_pvalues` (bags, components, the cross-fitted
+this times :func:`ugncl.core.prefilter.prefilter_pvalues` (bags, components, the cross-fitted
 ridge fits, the p-values) and reports its wall seconds, the process's peak resident memory,
 and how the selection fares against the planted noise. Reading the pairs from a split
-(``gather_seed_inputs``) is not included: ``tools/seed_division.py`` prints the whole time on a
+(``gather_prefilter_inputs``) is not included: ``tools/prefilter.py`` prints the whole time on a
 real split.
 """
 
@@ -24,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-from ugncl.methods.ugncl.seed import null_share, seed_pvalues, seed_selection
+from ugncl.core.prefilter import null_share, prefilter_pvalues, select_pairs
 from ugncl.run.cli import cli_main
 
 # Training images and captions per image of the released splits (NCR's precomputed features).
@@ -56,12 +56,12 @@ def planted_pairs(
     return captions, pooled, image_index, image_index == truth
 
 
-def bench_seed(images: int, per_image: int, dim: int, vocab: int, noise: float) -> dict:
+def bench_prefilter(images: int, per_image: int, dim: int, vocab: int, noise: float) -> dict:
     captions, pooled, image_index, clean = planted_pairs(images, per_image, dim, vocab, noise)
     start = time.perf_counter()
-    pvalues = seed_pvalues(captions, vocab, pooled, image_index, seed=0)
+    pvalues = prefilter_pvalues(captions, vocab, pooled, image_index, seed=0)
     seconds = time.perf_counter() - start
-    chosen = seed_selection(pvalues, alpha=0.02, fdr=0.1)
+    chosen = select_pairs(pvalues, alpha=0.02, fdr=0.1)
     return {
         "images": images,
         "pairs": len(captions),
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.vocab <= CATEGORIES + 1:
         p.error(f"--vocab must exceed {CATEGORIES + 1} (the object names and padding)")
     torch.set_num_threads(args.threads)
-    report = bench_seed(args.images, args.captions_per_image, args.dim, args.vocab, args.noise)
+    report = bench_prefilter(args.images, args.captions_per_image, args.dim, args.vocab, args.noise)
     report["threads"] = args.threads
     if args.json:
         print(json.dumps(report))

@@ -1,4 +1,4 @@
-"""tools/bench_seed.py times the seed division on a small planted world and reports a selection
+"""tools/bench_prefilter.py times the pre-filter on a small planted world and reports a selection
 that keeps the planted noisy pairs out."""
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 
 
-def test_bench_seed_small(tool, capsys):
-    bench = tool("bench_seed")
+def test_bench_prefilter_small(tool, capsys):
+    bench = tool("bench_prefilter")
     argv = ["--images", "1000", "--dim", "256", "--vocab", "400", "--noise", "0.5", "--json"]
     assert bench.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
@@ -25,7 +25,7 @@ def test_bench_seed_small(tool, capsys):
         (["--vocab", "300"], "--vocab"),
     ],
 )
-def test_bench_seed_rejects_bad_sizes(tool, capsys, argv, message):
+def test_bench_prefilter_rejects_bad_sizes(tool, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
-        tool("bench_seed").main(argv)
+        tool("bench_prefilter").main(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
