@@ -252,8 +252,8 @@ def load_yaml_tree(path: Path) -> dict[str, Any]:
 def explicit_keys(path: Path, overrides: Sequence[str] = ()) -> set[str]:
     """The dotted keys a config states itself: set by the named file (not by the bases it
     stands on: a track base's keys sit below the method's reading) or by an override."""
-    _, own = config_chain(path)[-1]
-    keys = set(_dotted_leaves(own))
+    file, own = config_chain(path)[-1]
+    keys = set() if file.resolve() == DEFAULT_BASE.resolve() else set(_dotted_leaves(own))
     keys |= {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
     return keys
 

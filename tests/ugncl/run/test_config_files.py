@@ -29,6 +29,15 @@ def first_line_problem(path: Path) -> str | None:
     reading = getattr(getattr(config.method, name), "reading", None)
     if reading is not None and not re.search(rf"\b{re.escape(reading)}\b", line):
         return f"{path.name}: the first line does not name the reading {reading!r}: {line!r}"
+    if reading is not None:
+        # The resolved values are the reading's, unless the first line names the departure.
+        tree = config.to_dict()
+        for key, value in getattr(METHODS[name].config, "READINGS", {}).get(reading, {}).items():
+            node = tree
+            for part in key.split("."):
+                node = node[part]
+            if node != value and key not in line:
+                return f"{path.name}: {key} is {node!r}, not the {reading} reading's {value!r}"
     return None
 
 
@@ -64,6 +73,20 @@ def test_the_clip_tracks_share_one_model_and_optimiser() -> None:
             clip = config.model.clip
             assert (clip.name, clip.quick_gelu) == ("ViT-B-32", True), (method, dataset)
             assert (config.train.adam_beta2, config.train.adam_eps) == (0.98, 1e-6)
+
+
+def test_a_config_that_departs_from_its_reading_silently_is_caught(tmp_path, monkeypatch):
+    monkeypatch.setitem(METHODS, "read", MethodSpec(ReadConfig, ReadMethod))
+    body = "method:\n  name: read\n  read:\n    reading: paper\n    margin: 0.7\n"
+    silent = tmp_path / "silent.yaml"
+    silent.write_text(f"# read, the paper reading\n_base_: base.yaml\n{body}", encoding="utf-8")
+    assert "method.read.margin is 0.7" in first_line_problem(silent)
+    said = tmp_path / "said.yaml"
+    said.write_text(
+        f"# read, the paper reading but method.read.margin 0.7\n_base_: base.yaml\n{body}",
+        encoding="utf-8",
+    )
+    assert first_line_problem(said) is None
 
 
 def test_a_first_line_that_names_another_method_or_no_reading_is_caught(
