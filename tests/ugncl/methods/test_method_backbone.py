@@ -77,6 +77,7 @@ CELLS = [
     ("sgraf", "clip", ()), ("sgraf", "osa", ()),
     ("sgraf", "npc", ("method.npc.clean_threshold=0.5",)),
     ("sgraf", "sdd", SDD_ALL_CLEAN),
+    ("sgraf", "decl", ()), ("clip", "decl", ()),
 ]  # fmt: skip
 
 
@@ -102,6 +103,7 @@ def test_each_method_trains_on_each_backbone(
         ("sgraf", "npc", (), "model.sgraf.init"),
         ("sgraf", "sdd", (), "model.sgraf.init"),
         ("sgraf", "clip", ("model.sgraf.num_views=2",), "num_views=1"),
+        ("sgraf", "decl", ("model.sgraf.num_views=2",), "num_views=1"),
     ],
 )
 def test_meaningless_cells_are_one_error_before_the_run_folder(
