@@ -237,7 +237,7 @@ class DECLMethod(Method):
     """DECL on one network (SGRAF with one view, or CLIP on its cosine).
 
     DECL-SGRAF, the paper's headline row, is two runs (``model.sgraf.head=saf`` and ``sgr``)
-    whose evidence ``tools/eval.py --decl-pair`` averages.
+    whose evidence ``tools/eval.py SAF_BEST.pt SGR_BEST.pt`` averages.
     """
 
     name = "decl"
@@ -294,7 +294,7 @@ class DECLMethod(Method):
             return (
                 f"method decl trains one {model.backbone} network (one score per pair), but the "
                 f"model scores {views} views; set model.{model.backbone}.num_views=1 (DECL-SGRAF "
-                "is a saf run and an sgr run averaged by tools/eval.py --decl-pair)"
+                "is a saf run and an sgr run evaluated together by tools/eval.py)"
             )
         return None
 
