@@ -382,7 +382,7 @@ class DECLMethod(Method):
             return {"predicted_clean": None, "u": None}
         return {
             "predicted_clean": torch.from_numpy(self.predicted_clean.copy()),
-            "u": torch.from_numpy(self.u.astype(np.float64)),
+            "u": None if self.u is None else torch.from_numpy(self.u.astype(np.float64)),
         }
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
