@@ -12,6 +12,8 @@ lists ``[img_enc, txt_enc, sim_enc]`` of state dicts and a pickled ``argparse.Na
 * NCR ``{epoch, model_A, model_B, best_rsum, opt}`` (two co-trained networks);
 * UGNCL ``{opt, epoch, best_rsum, model}`` with two image projections ``fc1``/``fc2``,
   which become views 0 and 1.
+* DECL ``{epoch, model, best_rsum, opt, step}`` (one network; ``step`` is the global step of
+  its hinge schedule): its score is the evidence ``exp(tanh(raw) / opt.tau)``.
 
 They are read with ``weights_only=True`` and an allow-list (``argparse.Namespace`` and numpy
 scalar types), never with a blanket ``weights_only=False``. The architecture is inferred from
@@ -326,6 +328,8 @@ def load_released_checkpoint(
         )
     _check_norm_flags(path, ckpt.get("opt"))
     state, origin = _convert_parts(path, parts)
+    if fmt is None and "step" in ckpt:
+        fmt = "decl"  # only DECL's container keeps its global step
     if fmt is None:
         fmt = "ugncl" if any(k.startswith("fc1.") for k in parts[0]) else "sgraf"
     config = _infer_config(path, state)
@@ -338,7 +342,7 @@ def load_released_checkpoint(
         "best_rsum": _plain(ckpt.get("best_rsum")),
         "Eiters": _plain(ckpt.get("Eiters")),
         "opt": _plain(ckpt.get("opt")),
-        "released_score": "raw" if fmt == "ugncl" else "sigmoid",
+        "released_score": {"ugncl": "raw", "decl": "evidence"}.get(fmt, "sigmoid"),
     }
     return state, config, info
 

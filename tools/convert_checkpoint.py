@@ -8,6 +8,10 @@ default is ``model_A``; convert ``model_B`` separately and average the two score
 reproduce NCR's evaluation. Both torch formats are read (zip, and the legacy pre-1.6 format of
 the released files) with torch's weights-only unpickler; a problem with the file is one
 ``error: ...`` line and exit code 2.
+
+DECL's container ``{epoch, model, best_rsum, opt, step}`` converts the same way and keeps its
+``opt`` (``tau``) in ``source``: ``tools/eval.py`` ranks the file by DECL's evidence, and a
+converted SAF and SGR pair by their averaged evidence (DECL-SGRAF).
 """
 
 from __future__ import annotations

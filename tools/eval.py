@@ -4,7 +4,8 @@ A CLIP weights file of this package (``tools/pretrain_clip.py``'s stand-in) eval
 ``python tools/eval.py data/synthetic/clip/ugncl-tiny-pretrained.pt --data-root data/synthetic
 --name synthetic_clip --eval-score raw``. Each split is encoded once per model and scored in
 shards; several checkpoints average their score matrices (an SGR and an SAF model = "SGRAF";
-two UGNCL models = UGNCL*). Data settings come from the first checkpoint's saved config;
+two UGNCL models = UGNCL*; a DECL saf run and a DECL sgr run = DECL-SGRAF, their evidence
+averaged). Data settings come from the first checkpoint's saved config;
 ``--data-root``/``--name``/``--vocab`` override them (needed for checkpoints converted from the
 released SGRAF/NCR/UGNCL files). Under ``torchrun --nproc_per_node N`` the scoring is split
 over the N processes (docs/distributed.md).
@@ -71,7 +72,7 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
     """Data settings of the checkpoint's config with the command-line overrides applied, and
     the config whose method supplies the retrieval score (``--eval-score`` applied)."""
     saved = state.get("config")
-    config = build_config(saved) if saved else build_config({})
+    config = build_config(saved) if saved else build_config(released_method(state))
     data = config.data
     overrides = {
         "root": args.data_root,
@@ -90,6 +91,18 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
         eval_config = dataclasses.replace(config.eval, eval_score=args.eval_score)
         config = dataclasses.replace(config, eval=eval_config)
     return data, config
+
+
+def released_method(state: dict) -> dict:
+    """Config overrides for a converted released file without a training config: DECL's
+    (``tools/convert_checkpoint.py`` keeps its ``opt``) ranks by its evidence at its own
+    ``tau`` (an untyped option of the release: a string when given on its command line);
+    others by the defaults."""
+    source = state.get("source") or {}
+    if source.get("format") != "decl":
+        return {}
+    tau = float((source.get("opt") or {}).get("tau", 0.1))
+    return {"method": {"name": "decl", "decl": {"tau": tau}}}
 
 
 def load_model(path: str, device: torch.device) -> tuple[torch.nn.Module, dict]:

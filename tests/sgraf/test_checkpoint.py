@@ -122,12 +122,14 @@ LAYOUTS = {
         "epoch": 3, "model": parts, "best_rsum": 412.5, "opt": opt_namespace(), "Eiters": 999}),
     "ugncl": (["fc1", "fc2"], lambda parts, _: {
         "opt": opt_namespace(), "epoch": 4, "best_rsum": 300.0, "model": parts}),
+    "decl": (["fc"], lambda parts, _: {
+        "epoch": 6, "model": parts, "best_rsum": 2.0, "opt": opt_namespace(), "step": 4321}),
     "ncr": (["fc"], lambda parts, other: {
         "epoch": 5, "model_A": parts, "model_B": other, "best_rsum": 1.0, "opt": opt_namespace()}),
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("fmt", ["sgraf", "ugncl", "ncr"])
+@pytest.mark.parametrize("fmt", ["sgraf", "ugncl", "ncr", "decl"])
 @pytest.mark.parametrize("head", ["sgr", "saf"])
 def test_released_layout_round_trip(tmp_path, fmt, head, tool):
     img_names, build = LAYOUTS[fmt]
@@ -147,7 +149,8 @@ def test_released_layout_round_trip(tmp_path, fmt, head, tool):
         "bi_gru": True,
     }  # fmt: skip
     assert info["format"] == fmt and info["opt"]["data_name"] == "f30k_precomp"
-    assert info["released_score"] == ("raw" if fmt == "ugncl" else "sigmoid")
+    released = {"ugncl": "raw", "decl": "evidence"}.get(fmt, "sigmoid")
+    assert info["released_score"] == released
     loaded = build_model_from_config(config)
     loaded.load_state_dict(state)
     torch.testing.assert_close(scores_of(loaded), scores_of(model), rtol=0, atol=0)

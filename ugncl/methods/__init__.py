@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.method import Method
 from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
+from ugncl.methods.decl import DECLConfig, DECLMethod
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod
 from ugncl.methods.weighted.npc import NPCConfig, NPCMethod
@@ -32,12 +33,15 @@ METHODS: dict[str, MethodSpec] = {
     "npc": MethodSpec(NPCConfig, NPCMethod),
     "sdd": MethodSpec(SDDConfig, SDDMethod),
     "osa": MethodSpec(OSAConfig, OSAMethod),
+    "decl": MethodSpec(DECLConfig, DECLMethod),
 }
 
 __all__ = [
     "METHODS",
     "CLIPMethod",
     "CLIPMethodConfig",
+    "DECLConfig",
+    "DECLMethod",
     "Method",
     "MethodContext",
     "MethodSpec",
