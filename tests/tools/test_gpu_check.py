@@ -29,8 +29,8 @@ def test_table_has_one_line_per_row_and_shows_failures(tool) -> None:
 
 @pytest.mark.slow
 def test_quick_cpu_run_prints_every_check(tool, capsys) -> None:
-    rc = tool("gpu_check").main(["--device", "cpu", "--quick", "--steps", "1",
-                                 "--methods", "triplet", "clip", "--bench-steps", "1"])  # fmt: skip
+    rc = tool("gpu_check").main(["--device", "cpu", "--quick", "--steps", "1", "--methods",
+                                 "triplet", "infonce", "--bench-steps", "1"])  # fmt: skip
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("gpu_check on CPU")

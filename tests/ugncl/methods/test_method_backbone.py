@@ -71,10 +71,10 @@ def warm_sgraf(world, tmp_path_factory, tool) -> Path:
 # score put every pair in it (the mechanics, not the method's quality, are under test here).
 SDD_ALL_CLEAN = ("method.sdd.thresholds=fixed", "method.sdd.beta=-1e9", "method.sdd.alpha=-1e9")
 CELLS = [
-    ("clip", "clip", ()), ("clip", "ugncl", ()), ("clip", "npc", ()),
+    ("clip", "infonce", ()), ("clip", "ugncl", ()), ("clip", "npc", ()),
     ("clip", "sdd", SDD_ALL_CLEAN),
     ("clip", "osa", ()), ("sgraf", "triplet", ()), ("sgraf", "ugncl", ()),
-    ("sgraf", "clip", ()), ("sgraf", "osa", ()),
+    ("sgraf", "infonce", ()), ("sgraf", "osa", ()),
     ("sgraf", "npc", ("method.npc.clean_threshold=0.5",)),
     ("sgraf", "sdd", SDD_ALL_CLEAN),
 ]  # fmt: skip
@@ -101,7 +101,7 @@ def test_each_method_trains_on_each_backbone(
         ("clip", "osa", ("method.osa.objective=triplet",), "sigmoid saturates"),
         ("sgraf", "npc", (), "model.sgraf.init"),
         ("sgraf", "sdd", (), "model.sgraf.init"),
-        ("sgraf", "clip", ("model.sgraf.num_views=2",), "num_views=1"),
+        ("sgraf", "infonce", ("model.sgraf.num_views=2",), "num_views=1"),
     ],
 )
 def test_meaningless_cells_are_one_error_before_the_run_folder(

@@ -26,13 +26,13 @@ from torch import Tensor, nn
 from ugncl.core.engine.distributed import is_main_process, merge_rows
 from ugncl.core.method import section_defaults
 from ugncl.core.optim import build_optimizer
-from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import (
     as_logit_matrix,
     info_nce_directions,
     info_nce_per_sample,
     weighted_mean,
 )
+from ugncl.methods.infonce_method import InfoNCEMethod
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.weighted.memory_bank import (
     BankPlan,
@@ -400,7 +400,7 @@ class NPCConfig:
     bank_file: str = "npc_memory_bank.npz"
 
 
-class NPCMethod(CLIPMethod):
+class NPCMethod(InfoNCEMethod):
     """NPC on a CLIP-like ``SimilarityModel`` (W = 1, logit-scaled scores).
 
     Args:

@@ -42,11 +42,11 @@ from ugncl.core.engine.distributed import is_main_process
 from ugncl.core.errors import ConfigError
 from ugncl.core.method import RunServices, section_defaults
 from ugncl.core.optim import build_optimizer
-from ugncl.methods.clip import CLIPMethod
+from ugncl.methods.hinge import weighted_triplet
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
+from ugncl.methods.infonce_method import InfoNCEMethod
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.triplet import sigmoid_hinge_error
-from ugncl.methods.ugncl.losses import _hinge_costs
 from ugncl.methods.weighted.memory_bank import gmm_clean_set, index_digest
 from ugncl.methods.weighted.passes import logit_scale_of, scan_training_set, untrained_start_error
 from ugncl.methods.weighted.weights import osa_weights
@@ -88,40 +88,6 @@ def random_input_shift(
     with torch.no_grad():
         s = as_logit_matrix(est(images, captions, like.lengths)).double()
     return float(s.mean()), float(s.std()) if s.numel() > 1 else 0.0
-
-
-def weighted_triplet(
-    raw: Tensor, weights: Tensor, margin: float = 0.2, max_violation: bool = True
-) -> Tensor:
-    """OSA's weights on the SGRAF track: per-pair VSE++ hinge on ``sigmoid(raw)``, weighted.
-
-    Pair ``i``'s cost is its image-anchor plus its caption-anchor hinge; ``sum_i w_i cost_i``
-    (view-averaged) equals ``triplet_objective`` when every weight is 1.
-
-    Args:
-        raw: raw scores ``(W, K, K)``.
-        weights: ``(K,)`` per-pair weights (no gradient).
-        margin, max_violation: as :func:`ugncl.methods.ugncl.losses.vse_hinge`.
-
-    Returns:
-        0-dim tensor.
-    """
-    if raw.dim() != 3 or raw.shape[1] != raw.shape[2] or weights.shape != (raw.shape[1],):
-        raise ValueError(
-            f"raw must be (W, K, K) and weights (K,), got {raw.shape}, {weights.shape}"
-        )
-    w = weights.detach().to(raw.dtype)
-    total = raw.new_zeros(())
-    for view in raw:
-        s = torch.sigmoid(view)
-        margins = torch.full((s.shape[0],), margin, dtype=s.dtype, device=s.device)
-        cost_i2t, cost_t2i = _hinge_costs(s, margins)
-        if max_violation:
-            per = cost_i2t.max(dim=1).values + cost_t2i.max(dim=1).values
-        else:
-            per = cost_i2t.sum(dim=1) + cost_t2i.sum(dim=1)
-        total = total + (w * per).sum()
-    return total / raw.shape[0]
 
 
 def checkpoint_estimator(path: str, load: Callable[[str], nn.Module] | None) -> nn.Module:
@@ -168,7 +134,7 @@ class OSAConfig:
     cache_file: str = "osa_weights.npz"
 
 
-class OSAMethod(CLIPMethod):
+class OSAMethod(InfoNCEMethod):
     """OSA with a frozen estimator whose weights are computed once.
 
     Args:

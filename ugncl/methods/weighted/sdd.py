@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from ugncl.core.engine.distributed import is_main_process
 from ugncl.core.method import section_defaults
-from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
+from ugncl.methods.infonce_method import InfoNCEMethod
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.weighted.memory_bank import MemoryBank, build_memory_bank
 from ugncl.methods.weighted.npc import BANK_STREAM, BankExtras, BankSiamese
@@ -76,7 +76,7 @@ class SDDConfig:
     bank_file: str = "sdd_memory_bank.npz"
 
 
-class SDDMethod(CLIPMethod):
+class SDDMethod(InfoNCEMethod):
     """SDD on a CLIP-like ``SimilarityModel``.
 
     Args:

@@ -372,8 +372,7 @@ def test_osa_no_nan_when_no_pair_exceeds_beta(tmp_path):
 
 
 def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
-    from ugncl.methods.ugncl.losses import triplet_objective
-    from ugncl.methods.weighted.osa import weighted_triplet
+    from ugncl.methods.hinge import triplet_objective, weighted_triplet
 
     g = torch.Generator().manual_seed(3)
     raw = torch.randn(2, 5, 5, generator=g)
