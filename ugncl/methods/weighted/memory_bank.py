@@ -299,8 +299,8 @@ def build_memory_bank(
     Image queries (one per sample: its training image) search the clean pairs' image
     embeddings. ``image_neighbour``:
 
-    * ``"image_itself"`` (default; the papers read literally, NPC section 3.2: "the nearest
-      clean sample"): only the sample's own pair is excluded, so an image with a clean sibling
+    * ``"image_itself"`` (default; NPC section 3.2: "the nearest clean sample"): at most the
+      sample's own pair is excluded (``exclude_own_pair``), so an image with a clean sibling
       caption finds itself (cosine 1) through that sibling. For a noisy caption of the image
       that is the most informative entry: a step towards the wrong caption raises the loss of
       the image's right one.

@@ -10,7 +10,8 @@ weight from a siamese step weighted by the consistency weight; loss
 Fixed against the release: bank lookups use the sample index (the release looks the text
 bank up by position in the self-dropped subset, data.py:376), InfoNCE is log-sum-exp
 stabilised (InfoNCELoss.py), the bank is built by ``setup`` with the features indexed by
-sample (the release mis-pairs shuffled features), normalised keys, query excluded.
+sample (the release mis-pairs shuffled features), normalised keys. The package also excludes
+the query's own pair (``siamese.exclude_own_pair``; the paper and release readings do not).
 ``thresholds: auto`` places alpha/beta on the scale of the model at hand
 (:func:`ugncl.methods.weighted.weights.auto_sdd_thresholds`).
 """
