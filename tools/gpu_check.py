@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-METHODS = ("triplet", "ugncl", "clip", "npc", "sdd", "osa")
+METHODS = ("triplet", "ugncl", "infonce", "npc", "sdd", "osa")
 BACKBONES = ("sgraf", "clip")
 # Small GMM/threshold settings for the tiny world (240 pairs), as the method tests use.
 METHOD_SETTINGS: dict[str, list[str]] = {
@@ -52,7 +52,7 @@ TINY_SGRAF = [
 # sgraf_init: the starting model's weights stand in for a warm-up run, enough to run the code
 # path); SDD's bank threshold at the mean non-matching score, as the comparison's SGRAF cell.
 SGRAF_SETTINGS: dict[str, list[str]] = {
-    "clip": ["model.sgraf.num_views=1"],
+    "infonce": ["model.sgraf.num_views=1"],
     "npc": ["model.sgraf.num_views=1"],
     "sdd": ["model.sgraf.num_views=1", "method.sdd.auto_beta_std=0.0"],
 }
@@ -220,7 +220,7 @@ def check_eval(backbone: str, world: Path, weights: Path, args) -> Row:
     from ugncl.core.evaluation import evaluate_models
     from ugncl.run.build import build_model, open_run_data
 
-    method = "ugncl" if backbone == "sgraf" else "clip"
+    method = "ugncl" if backbone == "sgraf" else "infonce"
     config = run_config(method, backbone, world, weights, args.device)
     data = open_run_data(config)
     device = select_device(args.device)

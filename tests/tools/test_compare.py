@@ -84,9 +84,9 @@ def runs(tmp_path: Path) -> dict[str, Path]:
     return {
         "ugncl": write_run(tmp_path, "ugncl-run", _config("ugncl", "sgraf", "f30k", 0.5, 3), ugncl),
         "osa": write_run(tmp_path, "osa-run", _config("osa", "clip", "synth", 0.5, 0), osa),
-        "clip": write_run(tmp_path, "clip-run", _config("clip", "clip", "synth", 0.5, 0), clip),
+        "clip": write_run(tmp_path, "clip-run", _config("infonce", "clip", "synth", 0.5, 0), clip),
         "unfinished": write_run(
-            tmp_path, "half-run", _config("clip", "clip", "synth", 0.5, 0), unfinished
+            tmp_path, "half-run", _config("infonce", "clip", "synth", 0.5, 0), unfinished
         ),
     }
 
@@ -165,9 +165,9 @@ def test_the_clean_pairs_oracle_is_not_labelled_the_plain_baseline() -> None:
     config["method"]["triplet"] = {"train_pairs": "clean"}
     row = summarize_run("a", config, records)
     assert row["method"] == row["variant"] == "triplet_clean_pairs"
-    clip = _config("clip", "clip", "synth", 0.5, 0)
-    clip["method"]["clip"] = {"train_pairs": "clean"}
-    assert summarize_run("a", clip, records)["method"] == "clip_clean_pairs"
+    clip = _config("infonce", "clip", "synth", 0.5, 0)
+    clip["method"]["infonce"] = {"train_pairs": "clean"}
+    assert summarize_run("a", clip, records)["method"] == "infonce_clean_pairs"
 
 
 @pytest.mark.parametrize(
@@ -260,7 +260,7 @@ def test_repeated_run_names_keep_their_parent(compare, runs, tmp_path, capsys) -
 @pytest.mark.parametrize("rsum", [float("nan"), "412.5", None, True])
 def test_a_test_rsum_that_is_not_a_finite_number_is_refused(compare, runs, tmp_path, capsys, rsum):
     records = [{"event": "setup", "seed": 0}, {"event": "test", "rsum": rsum, "epoch": 0}]
-    bad = write_run(tmp_path, "bad", _config("clip", "clip", "synth", 0.5, 0), records)
+    bad = write_run(tmp_path, "bad", _config("infonce", "clip", "synth", 0.5, 0), records)
     assert compare([str(runs["clip"]), str(bad)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: run ") and "not a finite number" in line

@@ -130,10 +130,10 @@ def test_default_plan_one_noise_setting_per_ratio_and_warm_starts() -> None:
             "data.train_images=500"
         ]
     zero = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.0}
-    assert zero == {("sgraf", "triplet"), ("sgraf", "hinge_all"), ("clip", "clip")}
+    assert zero == {("sgraf", "triplet"), ("sgraf", "hinge_all"), ("clip", "infonce")}
     noisy = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.5 and c.report}
     sgraf = ("triplet", "hinge_all", "ugncl", "osa", "npc", "sdd")
-    clip = ("clip", "npc", "sdd", "osa", "ugncl")
+    clip = ("infonce", "npc", "sdd", "osa", "ugncl")
     assert noisy == {("sgraf", m) for m in sgraf} | {("clip", m) for m in clip}
     npc = next(c for c in cells if c.name == "sgraf-npc-n20-s1")
     assert npc.start_from == "sgraf-warmup-n20-s1"

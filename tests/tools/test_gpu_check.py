@@ -29,12 +29,12 @@ def test_table_has_one_line_per_row_and_shows_failures(tool) -> None:
 
 @pytest.mark.slow
 def test_quick_cpu_run_prints_every_check(tool, capsys) -> None:
-    rc = tool("gpu_check").main(["--device", "cpu", "--quick", "--steps", "1",
-                                 "--methods", "triplet", "clip", "--bench-steps", "1"])  # fmt: skip
+    rc = tool("gpu_check").main(["--device", "cpu", "--quick", "--steps", "1", "--methods",
+                                 "triplet", "infonce", "--bench-steps", "1"])  # fmt: skip
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("gpu_check on CPU")
-    for case in ("triplet x sgraf", "clip x clip", "clip x sgraf", "evaluate_models x sgraf",
+    for case in ("triplet x sgraf", "infonce x clip", "infonce x sgraf", "evaluate_models x sgraf",
                  "evaluate_models x clip", "SGRAF step (batch 16)", "scoring 20x100",
                  "CLIP ugncl-tiny (batch 8)"):  # fmt: skip
         row = next(line for line in lines if case in line)

@@ -83,7 +83,7 @@ def test_clip_trains_evaluates_and_resumes_exactly(run_clip, tool, tmp_path: Pat
     assert train[-1]["step"] == 10 and all(np.isfinite(r["loss"]) for r in train)
     test = next(r for r in records if r["event"] == "test")
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
-    assert state["backbone"] == "clip" and state["method"] == "clip"
+    assert state["backbone"] == "clip" and state["method"] == "infonce"
     assert state["model_config"]["image_size"] == IMAGE_SIZE
     # AdamW with decoupled decay on matrices only; both groups train.
     groups = state["optimizer"]["param_groups"]
@@ -110,7 +110,7 @@ def test_clip_trains_evaluates_and_resumes_exactly(run_clip, tool, tmp_path: Pat
 
 
 def test_the_clean_pairs_oracle_trains_on_the_correct_pairs_only(run_clip, tmp_path) -> None:
-    assert run_clip("oracle", "train.epochs=1", "method.clip.train_pairs=clean") == 0
+    assert run_clip("oracle", "train.epochs=1", "method.infonce.train_pairs=clean") == 0
     records = read_metrics(tmp_path / "oracle")
     setup = next(r for r in records if r["event"] == "setup")
     clean = setup["n_train_captions"] - setup["n_noisy"]

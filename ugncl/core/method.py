@@ -57,7 +57,7 @@ def section_defaults(section: type) -> Callable[[Callable[..., None]], Callable[
     return wrap
 
 
-# ``train_pairs`` of the plain baselines (``method.triplet``, ``method.clip``): all = every
+# ``train_pairs`` of the plain baselines (``method.triplet``, ``method.infonce``): all = every
 # training pair as the noise file pairs them; clean = the clean-pairs oracle.
 TRAIN_PAIRS = ("all", "clean")
 

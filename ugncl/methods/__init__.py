@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.method import Method
-from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
 from ugncl.methods.decl import DECLConfig, DECLMethod
+from ugncl.methods.infonce_method import InfoNCEConfig, InfoNCEMethod
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod
 from ugncl.methods.weighted.npc import NPCConfig, NPCMethod
@@ -29,7 +29,7 @@ class MethodSpec:
 METHODS: dict[str, MethodSpec] = {
     "ugncl": MethodSpec(UGNCLConfig, UGNCLMethod),
     "triplet": MethodSpec(TripletConfig, TripletMethod),
-    "clip": MethodSpec(CLIPMethodConfig, CLIPMethod),
+    "infonce": MethodSpec(InfoNCEConfig, InfoNCEMethod),
     "npc": MethodSpec(NPCConfig, NPCMethod),
     "sdd": MethodSpec(SDDConfig, SDDMethod),
     "osa": MethodSpec(OSAConfig, OSAMethod),
@@ -38,10 +38,10 @@ METHODS: dict[str, MethodSpec] = {
 
 __all__ = [
     "METHODS",
-    "CLIPMethod",
-    "CLIPMethodConfig",
     "DECLConfig",
     "DECLMethod",
+    "InfoNCEConfig",
+    "InfoNCEMethod",
     "Method",
     "MethodContext",
     "MethodSpec",

@@ -42,9 +42,10 @@ from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.engine.distributed import merge_rows
 from ugncl.core.evaluation import eval_mode, view_reducer
 from ugncl.core.method import Method, section_defaults
+from ugncl.methods.hinge import hinge_costs
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.ugncl.evidential import evidence
-from ugncl.methods.ugncl.losses import _hinge_costs, evidential_loss
+from ugncl.methods.ugncl.losses import evidential_loss
 
 __all__ = [
     "DECLConfig",
@@ -156,7 +157,7 @@ def rdh_per_pair(scores: Tensor, neg: int, margin: float = 0.2) -> Tensor:
     if not 1 <= neg <= k:
         raise ValueError(f"neg must be in [1, {k}] for a batch of {k}, got {neg}")
     margins = torch.full((k,), margin, dtype=scores.dtype, device=scores.device)
-    cost_i2t, cost_t2i = _hinge_costs(scores, margins)
+    cost_i2t, cost_t2i = hinge_costs(scores, margins)
     top = cost_i2t.topk(neg, dim=1).values.sum(1) + cost_t2i.topk(neg, dim=1).values.sum(1)
     return top / neg
 

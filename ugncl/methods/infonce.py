@@ -90,5 +90,5 @@ def weighted_mean(
 
 
 def clip_loss(logits: Tensor) -> Tensor:
-    """The plain ``clip`` fine-tune loss: mean symmetric InfoNCE over the batch."""
+    """The plain ``infonce`` fine-tune loss: mean symmetric InfoNCE over the batch."""
     return info_nce_per_sample(logits).mean()

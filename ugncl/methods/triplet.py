@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from ugncl.core.data import PairBatch
 from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.method import TRAIN_PAIRS, Method, section_defaults, train_pair_samples
-from ugncl.methods.ugncl.losses import triplet_objective
+from ugncl.methods.hinge import triplet_objective
 
 
 @dataclass
@@ -43,7 +43,7 @@ def sigmoid_hinge_error(what: str, model: nn.Module) -> str | None:
         f"{what} is SGRAF's hinge on sigmoid(raw); the {model.backbone} backbone's raw score "
         "is logit_scale x cosine, where the sigmoid saturates (x 100: every cosine above 0.05 "
         "scores > 0.99): on it use "
-        "method.name=clip (its plain baseline)"
+        "method.name=infonce (its plain baseline)"
     )
 
 

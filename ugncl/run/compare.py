@@ -98,7 +98,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("variant", "variant"),
 )
 #: Each backbone's plain baseline: the denominator of ``cost_ratio``.
-PLAIN_BASELINE = {"sgraf": "triplet", "clip": "clip"}
+PLAIN_BASELINE = {"sgraf": "triplet", "clip": "infonce"}
 #: Characters of the noise file's sha256 shown in tables (the full one is in the run's setup).
 SHA_CHARS = 12
 # Keys of UGNCL's division record behind the hard-set columns.
@@ -238,7 +238,7 @@ def summarize_run(
 
 def method_label(config: dict[str, Any]) -> str | None:
     """The method column of a run's config tree: ``method.name``, or ``<name>_clean_pairs``
-    for a clean-pairs oracle (``method.triplet.train_pairs: clean``, ``method.clip...``),
+    for a clean-pairs oracle (``method.triplet.train_pairs: clean``, ``method.infonce...``),
     which reads the noise file's truth and must neither pass for the plain baseline nor be
     its cost reference."""
     method = config.get("method", {})

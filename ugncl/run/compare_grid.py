@@ -160,7 +160,7 @@ def default_plan(
             # at 0% the clean reference: the plain model's ceiling on this world
             add("sgraf", "hinge_all", "clean_synthetic", *hinge_schedule)
             if clip_weights is not None:
-                add("clip", "clip", "clip_synthetic", *clip_view)
+                add("clip", "infonce", "clip_synthetic", *clip_view)
             if ratio == 0.0:
                 continue
             # SGRAF track
@@ -171,10 +171,9 @@ def default_plan(
                        f"train.warmup_epochs={size.sgraf_warmup_epochs}", report=False)  # fmt: skip
             after = ("train.warmup_epochs=0", f"train.epochs={size.sgraf_method_epochs}",
                      f"model.sgraf.init={START}")  # fmt: skip
-            for method in ("npc", "sdd") + (("clip",) if size.infonce_on_sgraf else ()):
-                label = "infonce" if method == "clip" else method
+            for method in ("npc", "sdd") + (("infonce",) if size.infonce_on_sgraf else ()):
                 own = {"sdd": SDD_ON_SGRAF, "npc": NPC_ON_SGRAF}.get(method, ())
-                add("sgraf", label, "triplet_synthetic", f"method.name={method}", *after, *own,
+                add("sgraf", method, "triplet_synthetic", f"method.name={method}", *after, *own,
                     start_from=warm)  # fmt: skip
             if clip_weights is None:
                 continue

@@ -125,7 +125,7 @@ def _last_weights(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 # One colour per method in every panel and plot (matplotlib's tab10 order), the others grey.
 _COLOURS = {
-    "ugncl": "tab:red", "hinge_all": "tab:blue", "triplet": "tab:gray", "clip": "tab:blue",
+    "ugncl": "tab:red", "hinge_all": "tab:blue", "triplet": "tab:gray",
     "npc": "tab:orange", "sdd": "tab:green", "osa": "tab:purple", "infonce": "tab:brown",
 }  # fmt: skip
 

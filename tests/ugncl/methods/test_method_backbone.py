@@ -142,7 +142,7 @@ def test_each_refused_cell_is_one_error_before_the_run_folder(
         ("clip", "osa", ("method.osa.objective=triplet",), "sigmoid saturates"),
         ("sgraf", "npc", (), "model.sgraf.init"),
         ("sgraf", "sdd", (), "model.sgraf.init"),
-        ("sgraf", "clip", ("model.sgraf.num_views=2",), "num_views=1"),
+        ("sgraf", "infonce", ("model.sgraf.num_views=2",), "num_views=1"),
         ("sgraf", "decl", ("model.sgraf.num_views=2",), "num_views=1"),
     ],
 )

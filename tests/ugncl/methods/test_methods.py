@@ -9,7 +9,7 @@ import torch
 
 from sgraf.model import SGRAF
 from ugncl.core.data import PairBatch
-from ugncl.methods import METHODS, CLIPMethod, StepContext, TripletMethod, UGNCLMethod
+from ugncl.methods import METHODS, InfoNCEMethod, StepContext, TripletMethod, UGNCLMethod
 from ugncl.methods.ugncl.losses import triplet_objective
 
 
@@ -35,7 +35,7 @@ def ctx(warmup: bool, epoch: int = 0) -> StepContext:
 
 
 def test_registry_names_every_method() -> None:
-    assert set(METHODS) == {"triplet", "ugncl", "clip", "npc", "sdd", "osa", "decl"}
+    assert set(METHODS) == {"triplet", "ugncl", "infonce", "npc", "sdd", "osa", "decl"}
 
 
 def test_triplet_uses_all_negatives_only_in_warmup() -> None:
@@ -406,7 +406,7 @@ def test_clean_pairs_oracle_visits_only_the_pairs_the_truth_keeps(tmp_path) -> N
     for oracle, plain in (
         (TripletMethod(margin=0.2, max_violation=True, train_pairs="clean"),
          TripletMethod(margin=0.2, max_violation=True)),
-        (CLIPMethod(train_pairs="clean"), CLIPMethod()),
+        (InfoNCEMethod(train_pairs="clean"), InfoNCEMethod()),
     ):  # fmt: skip
         assert oracle.epoch_samples(context, 0).tolist() == [0, 2, 3]
         assert plain.epoch_samples(context, 0) is None
@@ -415,8 +415,8 @@ def test_clean_pairs_oracle_visits_only_the_pairs_the_truth_keeps(tmp_path) -> N
 def test_clean_pairs_oracle_is_a_named_choice() -> None:
     from ugncl.run.config import ConfigError, load_config
 
-    for name in ("triplet", "clip"):
-        config, _ = load_config(f"{name}_synthetic", [f"method.{name}.train_pairs=clean"])
+    for cfg, name in (("triplet_synthetic", "triplet"), ("clip_synthetic", "infonce")):
+        config, _ = load_config(cfg, [f"method.name={name}", f"method.{name}.train_pairs=clean"])
         assert getattr(config.method, name).train_pairs == "clean"
         with pytest.raises(ConfigError, match="train_pairs"):
-            load_config(f"{name}_synthetic", [f"method.{name}.train_pairs=truth"])
+            load_config(cfg, [f"method.name={name}", f"method.{name}.train_pairs=truth"])

@@ -170,7 +170,7 @@ def test_registry_names_are_the_choices() -> None:
         build_config({"model": {"backbone": "blip"}})
     assert {"sgraf", "clip"} <= set(BACKBONES)
 
-    assert {"ugncl", "triplet", "clip", "npc", "sdd", "osa"} <= set(METHODS)
+    assert {"ugncl", "triplet", "infonce", "npc", "sdd", "osa"} <= set(METHODS)
     choices = re.escape(str(tuple(METHODS)))  # the registry's names, a new method included
     with pytest.raises(ConfigError, match=rf"method.name' must be one of {choices}"):
         build_config({"method": {"name": "dividemix"}})

@@ -47,7 +47,7 @@ class MethodContext:
         num_samples: N, training samples (captions).
         clean: (N,) bool ground truth, for noise-detection records and the diagnostic
             oracles only (``method.ugncl.division_source: truth``,
-            ``train_pairs: clean`` of ``method.triplet`` and ``method.clip``).
+            ``train_pairs: clean`` of ``method.triplet`` and ``method.infonce``).
         recorder: the run's ``metrics.jsonl`` writer.
         batches: ``batches(epoch, batch_size, stream, indices=None)`` -> a full pass over the
             training samples (or ``indices``) in the seeded order of (epoch, stream), every

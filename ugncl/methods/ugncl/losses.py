@@ -1,4 +1,5 @@
-"""Batch losses: VSE++ hinge, trusted robust loss and the UGNCL objectives (Eqs. 1, 12-18).
+"""Batch losses: trusted robust loss and the UGNCL objectives (Eqs. 12-18); the VSE++ hinge
+(Eq. 1) and the plain triplet objective live in :mod:`ugncl.methods.hinge` (re-exported).
 
 Score matrices are ``(K, K)`` with rows = images and columns = captions of one batch, pair
 ``i`` = (image i, caption i); raw model output is ``(W, K, K)`` for W image views. Objectives
@@ -14,6 +15,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ugncl.methods.hinge import (
+    check_square,
+    hinge_costs,
+    mean_over_views,
+    triplet_objective,
+    vse_hinge,
+)
 from ugncl.methods.ugncl.division import (
     CLEAN,
     HARD_CLEAN,
@@ -52,58 +60,11 @@ HardTarget = Literal["soft", "set"]
 HARD_TARGETS: tuple[str, ...] = ("soft", "set")
 
 
-def _check_square(scores: Tensor, name: str = "scores") -> int:
-    if scores.dim() != 2 or scores.shape[0] != scores.shape[1]:
-        raise ValueError(
-            f"{name} must be a square (K, K) matrix (images x captions of one batch), got "
-            f"{tuple(scores.shape)}"
-        )
-    return scores.shape[0]
-
-
 def _check_per_pair(t: Tensor, K: int, name: str) -> None:
     if t.shape != (K,):
         raise ValueError(
             f"{name} must have shape ({K},) (one entry per pair), got {tuple(t.shape)}"
         )
-
-
-# ----------------------------------------------------------------------- hinge primitives
-
-
-def _hinge_costs(scores: Tensor, margins: Tensor) -> tuple[Tensor, Tensor]:
-    """Hinge costs per (anchor, negative), both directions, margin indexed by the anchor.
-
-    Returns ``(cost_i2t, cost_t2i)``, each ``(K, K)`` with row = anchor, column = negative,
-    diagonal zero: ``cost_i2t[i, j] = [m_i + s[i, j] - s[i, i]]_+`` (image i, caption j) and
-    ``cost_t2i[j, i] = [m_j + s[i, j] - s[j, j]]_+`` (caption j, image i). The released code
-    indexes text-to-image margins by image rows (UGNCL's model code); here the
-    caption anchor's margin is used.
-    """
-    diag = scores.diagonal()
-    cost_i2t = (margins[:, None] + scores - diag[:, None]).clamp_min(0)
-    cost_t2i = (margins[:, None] + scores.t() - diag[:, None]).clamp_min(0)
-    eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
-    return cost_i2t.masked_fill(eye, 0.0), cost_t2i.masked_fill(eye, 0.0)
-
-
-def vse_hinge(scores: Tensor, margin: float = 0.2, max_violation: bool = True) -> Tensor:
-    """VSE++ / SGRAF contrastive hinge loss (paper Eq. 1), summed over the batch.
-
-    Args:
-        scores: similarity ``(K, K)``, rows images, columns captions.
-        margin: hinge margin.
-        max_violation: hardest negative per anchor (VSE++); ``False`` sums over all negatives.
-
-    Returns:
-        Scalar: sum over anchors of the image-to-text and text-to-image hinges.
-    """
-    K = _check_square(scores)
-    margins = torch.full((K,), margin, dtype=scores.dtype, device=scores.device)
-    cost_i2t, cost_t2i = _hinge_costs(scores, margins)
-    if max_violation:
-        return cost_i2t.max(dim=1).values.sum() + cost_t2i.max(dim=1).values.sum()
-    return cost_i2t.sum() + cost_t2i.sum()
 
 
 # --------------------------------------------------------------------------- TRL (Eqs. 16-17)
@@ -201,7 +162,7 @@ def trusted_robust_loss(
     Returns:
         Scalar.
     """
-    K = _check_square(scores)
+    K = check_square(scores)
     _check_per_pair(margins, K, "margins")
     _check_per_pair(sets, K, "sets")
     lam = max(1, min(int(lam), K - 1))
@@ -210,7 +171,7 @@ def trusted_robust_loss(
     per_anchor = scores.new_zeros(K)
     clean = sets == CLEAN
     hard = (sets == HARD_CLEAN) | ((sets == HARD_NOISY) & hard_noisy)
-    for cost in _hinge_costs(scores, margins):
+    for cost in hinge_costs(scores, margins):
         hardest = cost.max(dim=1).values
         # Costs are >= 0 and the diagonal is 0, so the top-lam over all K columns equals the
         # top-lam over the K - 1 negatives (lam <= K - 1).
@@ -326,10 +287,6 @@ def edl_targets(sets: Tensor, soft_label: Tensor, hard_target: HardTarget = "sof
     return called_clean(sets.to(soft_label.device)).to(soft_label.dtype)
 
 
-def _mean_over_views(raw: Tensor, fn) -> Tensor:
-    return torch.stack([fn(raw[w]) for w in range(raw.shape[0])]).mean()
-
-
 def ugncl_objective(
     raw: Tensor,
     *,
@@ -399,7 +356,7 @@ def ugncl_objective(
         u_bar.to(raw.device), gamma=gamma, m=margin_base, delta=trust_delta,
     )  # fmt: skip
     # Triplet scores are tanh(raw), as released (METHOD 8); one TRL per view, averaged.
-    trl = _mean_over_views(
+    trl = mean_over_views(
         raw,
         lambda s: trusted_robust_loss(torch.tanh(s), margins, sets, lam, hard_noisy=hard_noisy_trl),
     )
@@ -455,7 +412,7 @@ def warmup_objective(
     )  # fmt: skip
     margins = torch.full((K,), gamma, dtype=raw.dtype, device=raw.device)
     sets = torch.full((K,), HARD_CLEAN, dtype=torch.long, device=raw.device)
-    trl = _mean_over_views(raw, lambda s: trusted_robust_loss(torch.tanh(s), margins, sets, lam))
+    trl = mean_over_views(raw, lambda s: trusted_robust_loss(torch.tanh(s), margins, sets, lam))
     return {
         "loss_edl": edl["loss"],
         "loss_trl": trl_weight * trl,
@@ -465,21 +422,3 @@ def warmup_objective(
         "edl_kl": edl["kl"].detach(),
         "trl": trl.detach(),
     }
-
-
-def triplet_objective(
-    raw: Tensor, margin: float = 0.2, max_violation: bool = True
-) -> dict[str, Tensor]:
-    """Plain SGRAF baseline: VSE++ hinge on ``sigmoid(raw)`` (SGRAF's score), view-averaged.
-
-    Args:
-        raw: raw scores ``(W, K, K)``.
-        margin: hinge margin (0.2).
-        max_violation: hardest negatives (True) or all negatives.
-
-    Returns:
-        ``{"loss_triplet": scalar}``.
-    """
-    check_batch_scores(raw)
-    loss = _mean_over_views(raw, lambda s: vse_hinge(torch.sigmoid(s), margin, max_violation))
-    return {"loss_triplet": loss}

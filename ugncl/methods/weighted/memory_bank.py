@@ -188,6 +188,7 @@ class MemoryBank:
     image_index: np.ndarray
     score: np.ndarray
     image_neighbour: str = "image_itself"
+    exclude_own_pair: bool = True
 
     def __post_init__(self) -> None:
         self.check()
@@ -254,6 +255,7 @@ class MemoryBank:
             tmp, clean=self.clean, image_bank=self.image_bank, text_bank=self.text_bank,
             image_index=self.image_index, score=self.score,
             image_neighbour=np.str_(self.image_neighbour),
+            exclude_own_pair=np.bool_(self.exclude_own_pair),
         )  # fmt: skip
         os.replace(tmp, path)
 
@@ -271,7 +273,10 @@ class MemoryBank:
                 image_index=f["image_index"].astype(np.int64),
                 score=f["score"].astype(np.float32),
                 image_neighbour=str(f["image_neighbour"]) if "image_neighbour" in f.files else "",
-            )
+                # files written before the switch always excluded the own pair
+                exclude_own_pair=bool(f["exclude_own_pair"]) if "exclude_own_pair" in f.files
+                else True,
+            )  # fmt: skip
         bank.check(image_index)
         return bank
 
@@ -287,14 +292,15 @@ def build_memory_bank(
     query_block: int = 4096,
     key_block: int = 16384,
     image_neighbour: str = "image_itself",
+    exclude_own_pair: bool = True,
 ) -> MemoryBank:
     """Nearest clean training pair of every sample's image and of every caption.
 
     Image queries (one per sample: its training image) search the clean pairs' image
     embeddings. ``image_neighbour``:
 
-    * ``"image_itself"`` (default; the papers read literally, NPC section 3.2: "the nearest
-      clean sample"): only the sample's own pair is excluded, so an image with a clean sibling
+    * ``"image_itself"`` (default; NPC section 3.2: "the nearest clean sample"): at most the
+      sample's own pair is excluded (``exclude_own_pair``), so an image with a clean sibling
       caption finds itself (cosine 1) through that sibling. For a noisy caption of the image
       that is the most informative entry: a step towards the wrong caption raises the loss of
       the image's right one.
@@ -302,6 +308,11 @@ def build_memory_bank(
       captions), the nearest clean pair is always another image.
 
     Caption queries search the clean captions, excluding the caption itself.
+
+    ``exclude_own_pair=False`` (the papers' and the releases' search: every clean key, the
+    query included) lets a clean sample find its own pair (cosine 1) on both sides; its bank
+    losses then measure the step's effect on the sample itself. ``other_image`` excludes the
+    own pair with the rest of its image either way.
 
     Args:
         clean: ``(N,)`` bool key set.
@@ -311,6 +322,7 @@ def build_memory_bank(
         score: ``(N,)`` the selection score kept for the record.
         device: where to run the blocked search (default: CPU).
         image_neighbour: ``"image_itself"`` or ``"other_image"`` (above).
+        exclude_own_pair: skip the query's own pair (above).
 
     Returns:
         The :class:`MemoryBank`.
@@ -342,19 +354,22 @@ def build_memory_bank(
     keys_t = torch.as_tensor(keys, device=img_t.device)
     samples_t = torch.arange(n, device=img_t.device)
     blocks = dict(query_block=query_block, key_block=key_block)
-    if image_neighbour == "image_itself":  # exclude the sample's own pair only
-        key_ids, query_ids = keys_t, samples_t
+    # A query id no key carries (ids are >= 0): nothing is excluded.
+    own = samples_t if exclude_own_pair else torch.full_like(samples_t, NO_NEIGHBOUR)
+    if image_neighbour == "image_itself":  # exclude the sample's own pair (or nothing)
+        key_ids, query_ids = keys_t, own
     else:  # exclude every pair of the query's image
         key_ids = torch.as_tensor(image_index[keys], device=img_t.device)
         query_ids = torch.as_tensor(image_index, device=img_t.device)
     pos_i = nearest_clean(img_t, img_t[keys_t], key_ids, query_ids, **blocks)
-    pos_t = nearest_clean(cap_t, cap_t[keys_t], keys_t, samples_t, **blocks)
+    pos_t = nearest_clean(cap_t, cap_t[keys_t], keys_t, own, **blocks)
     pos_i, pos_t = pos_i.cpu().numpy(), pos_t.cpu().numpy()
     image_bank = np.where(pos_i >= 0, keys[np.maximum(pos_i, 0)], NO_NEIGHBOUR).astype(np.int64)
     text_bank = np.where(pos_t >= 0, keys[np.maximum(pos_t, 0)], NO_NEIGHBOUR).astype(np.int64)
     return MemoryBank(
         clean=clean, image_bank=image_bank, text_bank=text_bank, image_index=image_index,
         score=np.asarray(score, dtype=np.float32), image_neighbour=image_neighbour,
+        exclude_own_pair=exclude_own_pair,
     )  # fmt: skip
 
 

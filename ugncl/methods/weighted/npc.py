@@ -1,21 +1,23 @@
 """NPC (negative pre-aware contrastive, AAAI'24) as a method of the one trainer.
 
-Release read line by line: docs/methods/weighted.md. The paper's reading is the default:
-* the loss is ``mean_k w_k * InfoNCE_k`` with **per-sample** weights (the release multiplies
-  batch-mean losses, collapsing w to one scalar per batch, NPC#18; ``weighting: batch_scalar``
-  reproduces it) plus a **trainable** memory-bank loss ``L_MB`` computed with the model (the
-  release computes it under no_grad with the siamese copy, so it trains nothing;
-  ``bank_loss: released`` reproduces that constant);
+Paper, release and package side by side: docs/methods/weighted.md (``method.npc.reading``
+selects one; the package's decisions are the defaults):
+* the loss is ``mean_k w_k * InfoNCE_k`` with **per-sample** weights (paper and package; the
+  release multiplies batch-mean losses, collapsing w to one scalar per batch, NPC#18;
+  ``weighting: batch_scalar``) plus a **trainable** memory-bank loss ``L_MB`` computed with
+  the model (the release computes it under no_grad with the siamese copy, so it trains
+  nothing; ``bank_loss: released``);
 * the bank is built by ``setup`` from the starting model (the release ships banks it never
-  builds), indexed by sample, nearest neighbours by normalised embedding with the query
-  excluded, clean posterior > 0.99 (paper; the release uses 0.9).
+  builds), indexed by sample, nearest neighbours by normalised embedding, clean posterior >
+  0.99 (paper; the release uses 0.9); the package excludes the query's own pair
+  (``siamese.exclude_own_pair``; the paper and the release search every clean key).
 All maths lives in ``memory_bank``, ``siamese``, ``weights`` and ``ugncl.methods.infonce``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,13 +28,13 @@ from torch import Tensor, nn
 from ugncl.core.engine.distributed import is_main_process, merge_rows
 from ugncl.core.method import section_defaults
 from ugncl.core.optim import build_optimizer
-from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import (
     as_logit_matrix,
     info_nce_directions,
     info_nce_per_sample,
     weighted_mean,
 )
+from ugncl.methods.infonce_method import InfoNCEMethod
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.weighted.memory_bank import (
     BankPlan,
@@ -42,8 +44,15 @@ from ugncl.methods.weighted.memory_bank import (
     plan_bank_pairs,
 )
 from ugncl.methods.weighted.passes import pair_fetcher, scan_training_set, untrained_start_error
+from ugncl.methods.weighted.sections import (
+    READING_CHOICES,
+    GMMConfig,
+    SiameseConfig,
+    nested_choices,
+    section_value,
+)
 from ugncl.methods.weighted.siamese import OneStepLosses, SiameseCopy, draws_random_numbers
-from ugncl.methods.weighted.weights import RatioGrouping, significance_weight
+from ugncl.methods.weighted.weights import significance_weight
 
 logger = logging.getLogger(__name__)
 
@@ -150,23 +159,15 @@ def cat_tokens(a: Tensor, b: Tensor) -> Tensor:
 class BankSiamese(nn.Module):
     """What NPC and SDD share: the bank, the pair fetcher and the one-step siamese copy."""
 
-    def __init__(
-        self,
-        *,
-        siamese_lr: float | None,
-        siamese_reset_state: bool,
-        betas: tuple[float, float],
-        eps: float,
-        wd: float,
-        grouping: RatioGrouping = "direction",
-    ) -> None:
+    def __init__(self, config: SiameseConfig) -> None:
         super().__init__()
-        if grouping not in ("direction", "bank"):
-            raise ValueError(f"ratio_grouping must be direction or bank, got {grouping!r}")
-        self.grouping = grouping
-        self.siamese_lr = siamese_lr
-        self.siamese_reset_state = siamese_reset_state
-        self._opt = (tuple(betas), float(eps), float(wd))
+        if config.ratio_grouping not in SiameseConfig.CHOICES["ratio_grouping"]:
+            raise ValueError(
+                f"ratio_grouping must be direction or bank, got {config.ratio_grouping!r}"
+            )
+        self.config = config
+        self.grouping = config.ratio_grouping
+        self.siamese_lr = config.lr
         self.bank: MemoryBank | None = None
         # Not a registered submodule on purpose: it is re-synced from the model before every
         # use, so it stays out of checkpoints (half their size; the release does not save it
@@ -176,17 +177,25 @@ class BankSiamese(nn.Module):
         self.epoch_weights: np.ndarray | None = None  # last weight of each sample this epoch
         self._resumed: dict[str, Any] = {}  # checkpoint state waiting for attach()
 
+    def build_bank(
+        self, clean: np.ndarray, scan: Any, score: np.ndarray, device: Any
+    ) -> MemoryBank:
+        """The memory bank of a training-set scan (its embeddings and caption -> image index)
+        with this section's neighbour rules."""
+        return build_memory_bank(
+            clean, scan.image_emb, scan.caption_emb, scan.image_index, score, device=device,
+            image_neighbour=self.config.image_neighbour,
+            exclude_own_pair=self.config.exclude_own_pair,
+        )  # fmt: skip
+
     def attach(self, ctx: Any, bank: MemoryBank) -> None:
         self.bank = bank
         self._fetch = pair_fetcher(ctx)
-        # The lr is set at every step (siamese_lr, else step.lr); 0.0 is only a placeholder.
+        # The lr is set at every step (siamese.lr, else step.lr); 0.0 is only a placeholder.
+        c = self.config
         lr = self.siamese_lr if self.siamese_lr is not None else 0.0
-        betas, eps, wd = self._opt
-        self._siamese[:] = [
-            SiameseCopy(
-                ctx.model, adamw_factory(lr, betas, eps, wd), reset_state=self.siamese_reset_state
-            )
-        ]
+        factory = adamw_factory(lr, (c.beta1, c.beta2), c.eps, c.weight_decay)
+        self._siamese[:] = [SiameseCopy(ctx.model, factory, reset_state=c.reset_state)]
         self.epoch_weights = np.full(bank.num_samples, np.nan, dtype=np.float32)
         self._restore_resumed()
 
@@ -310,7 +319,7 @@ class BankSiamese(nn.Module):
             per: ``(K,)`` the model's per-sample InfoNCE on the batch (with graph); the
                 siamese step minimises ``weighted_mean(per, train_weights)``.
             train_weights: ``(K,)`` weights of the siamese step (SDD: consistency), or None.
-            lr: the trainer's current lr (used unless ``siamese_lr`` is set).
+            lr: the trainer's current lr (used unless ``siamese.lr`` is set).
             before: the model's bank losses at the current weights when already computed
                 (NPC's trainable L_MB); else computed here without gradients.
             batch_emb: the batch's embeddings under the model (reused by that computation).
@@ -320,7 +329,7 @@ class BankSiamese(nn.Module):
         lr = self.siamese_lr if self.siamese_lr is not None else lr
         if lr is None:
             raise ValueError(
-                "the siamese step needs a learning rate: set siamese_lr, or the trainer must "
+                "the siamese step needs a learning rate: set siamese.lr, or the trainer must "
                 "pass its current lr as StepContext.lr"
             )
         siamese = self._siamese[0]
@@ -370,55 +379,66 @@ class BankSiamese(nn.Module):
         self.epoch_weights[index.cpu().numpy()] = w.detach().float().cpu().numpy()
 
 
+# The NPC README's training command (main_NPC.py, params.py); the paper prints the same
+# (batch 256, 5 epochs, lr 2e-7, AdamW 0.9/0.98/1e-6, weight decay 0.2).
+NPC_TRAINING: dict[str, Any] = {
+    "train.optimizer": "adamw", "train.lr": 2.0e-7, "train.weight_decay": 0.2,
+    "train.adam_beta1": 0.9, "train.adam_beta2": 0.98, "train.adam_eps": 1.0e-6,
+    "train.batch_size": 256, "train.epochs": 5,
+}  # fmt: skip
+
+
 @dataclass
 class NPCConfig:
-    """NPC (``method.npc``); defaults are the paper's, switches reproduce the release."""
+    """NPC (``method.npc``); defaults are the package's reading, ``reading`` picks another."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "reading": READING_CHOICES,
         "weighting": ("per_sample", "batch_scalar"),
         "bank_loss": ("trainable", "released"),
-        "ratio_grouping": ("direction", "bank"),
-        "image_neighbour": ("image_itself", "other_image"),
+        **nested_choices("siamese", SiameseConfig),
+    }
+    # Every key where the paper as printed and the public release differ from the package
+    # (docs/methods/weighted.md, "NPC").
+    READINGS: ClassVar[dict[str, dict[str, Any]]] = {
+        "package": {},
+        "paper": {"method.npc.siamese.exclude_own_pair": False, **NPC_TRAINING},
+        "release": {
+            "method.npc.clean_threshold": 0.9,
+            "method.npc.weighting": "batch_scalar",
+            "method.npc.bank_loss": "released",
+            "method.npc.siamese.ratio_grouping": "bank",
+            "method.npc.siamese.exclude_own_pair": False,
+            **NPC_TRAINING,
+        },
     }
 
+    reading: str = "package"  # paper | release | package: sets the keys READINGS lists
     clean_threshold: float = 0.99  # paper; release 0.9
-    gmm_max_iter: int = 100
-    gmm_tol: float = 1e-2
-    gmm_reg_covar: float = 5e-4
     bank_batch_size: int | None = None  # null: train.batch_size
     bank_loss_weight: float = 1.0
     weighting: str = "per_sample"  # batch_scalar = release (NPC#18)
     bank_loss: str = "trainable"  # released = no-grad constant (trains nothing)
-    ratio_grouping: str = "direction"  # bank = release (main_NPC.py:181)
-    image_neighbour: str = "image_itself"  # other_image: exclude every pair of the query image
-    siamese_lr: float | None = None  # null: the trainer's current lr (StepContext.lr)
-    siamese_reset_state: bool = False
-    siamese_beta1: float = 0.9
-    siamese_beta2: float = 0.98
-    siamese_eps: float = 1e-6
-    siamese_weight_decay: float = 0.2
     bank_file: str = "npc_memory_bank.npz"
+    siamese: SiameseConfig = field(default_factory=SiameseConfig)
+    gmm: GMMConfig = field(default_factory=GMMConfig)  # the bank's (get_memorybank.py:51-59)
 
 
-class NPCMethod(CLIPMethod):
+class NPCMethod(InfoNCEMethod):
     """NPC on a CLIP-like ``SimilarityModel`` (W = 1, logit-scaled scores).
 
     Args:
+        reading: the reading the config resolved (recorded; its keys are already set).
         clean_threshold: GMM clean posterior for bank keys (paper 0.99, release 0.9).
-        gmm_max_iter, gmm_tol, gmm_reg_covar: the bank GMM (release get_memorybank.py:51-59).
         bank_batch_size: batch size of the bank pass (None: the training batch size).
         bank_loss_weight: weight of ``L_MB``.
         weighting: ``per_sample`` (paper) or ``batch_scalar`` (release, NPC#18).
         bank_loss: ``trainable`` (paper) or ``released`` (a no-grad constant from the copy).
-        ratio_grouping: ``direction`` (paper, NPC Eq. 6-7) or ``bank`` (release).
-        image_neighbour: ``image_itself`` (paper reading: an image's nearest clean pair may be
-            a sibling caption of the image itself) or ``other_image`` (every pair of the
-            query's image excluded); see :func:`build_memory_bank`.
-        siamese_lr: lr of the siamese step (None: the trainer's current lr).
-        siamese_reset_state: see :class:`SiameseCopy`.
-        siamese_beta1, siamese_beta2, siamese_eps, siamese_weight_decay: its AdamW (release
-            values, NPC main_NPC.py:84-89).
         bank_file: file name in the run directory (reused on resume).
+        siamese: the bank's neighbours, the ratio's grouping and the copy's optimiser
+            (:class:`~ugncl.methods.weighted.sections.SiameseConfig`, or a mapping of the keys
+            that differ from it).
+        gmm: the bank GMM (:class:`~ugncl.methods.weighted.sections.GMMConfig` or a mapping).
         eval_score: how raw scores rank at evaluation (CLIP: ``raw``).
     """
 
@@ -432,23 +452,15 @@ class NPCMethod(CLIPMethod):
     def __init__(
         self,
         *,
+        reading: str,
         clean_threshold: float,
-        gmm_max_iter: int,
-        gmm_tol: float,
-        gmm_reg_covar: float,
         bank_batch_size: int | None,
         bank_loss_weight: float,
         weighting: str,
         bank_loss: str,
-        ratio_grouping: str,
-        image_neighbour: str,
-        siamese_lr: float | None,
-        siamese_reset_state: bool,
-        siamese_beta1: float,
-        siamese_beta2: float,
-        siamese_eps: float,
-        siamese_weight_decay: float,
         bank_file: str,
+        siamese: SiameseConfig | dict[str, Any],
+        gmm: GMMConfig | dict[str, Any],
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
@@ -456,19 +468,15 @@ class NPCMethod(CLIPMethod):
             raise ValueError(f"npc weighting must be per_sample or batch_scalar, got {weighting!r}")
         if bank_loss not in NPCConfig.CHOICES["bank_loss"]:
             raise ValueError(f"npc bank_loss must be trainable or released, got {bank_loss!r}")
+        self.reading = reading
         self.clean_threshold = clean_threshold
-        self.gmm = dict(max_iter=gmm_max_iter, tol=gmm_tol, reg_covar=gmm_reg_covar)
+        self.gmm = section_value(NPCConfig().gmm, gmm)
         self.bank_batch_size = bank_batch_size
         self.bank_loss_weight = bank_loss_weight
         self.weighting = weighting
         self.bank_loss = bank_loss
         self.bank_file = bank_file
-        self.image_neighbour = image_neighbour
-        self.core = BankSiamese(
-            siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
-            betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
-            grouping=ratio_grouping,
-        )  # fmt: skip
+        self.core = BankSiamese(section_value(NPCConfig().siamese, siamese))
         self._clean: np.ndarray | None = None
         self._last: dict[str, float] = {}
 
@@ -489,12 +497,9 @@ class NPCMethod(CLIPMethod):
                 batch_size=self.bank_batch_size or getattr(ctx, "batch_size", 256),
             )  # fmt: skip
             clean, posterior = gmm_clean_set(
-                scan.loss, self.clean_threshold, seed=int(ctx.seed or 0), **self.gmm
+                scan.loss, self.clean_threshold, seed=int(ctx.seed or 0), **self.gmm.kwargs()
             )
-            bank = build_memory_bank(
-                clean, scan.image_emb, scan.caption_emb, scan.image_index, posterior,
-                device=ctx.device, image_neighbour=self.image_neighbour,
-            )  # fmt: skip
+            bank = self.core.build_bank(clean, scan, posterior, ctx.device)
             if is_main_process():  # every rank holds the bank; rank 0 writes it
                 bank.save(path)
         self.core.attach(ctx, bank)

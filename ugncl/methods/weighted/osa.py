@@ -6,19 +6,22 @@ pair's weight never changes, so the release's estimator forward in every batch
 cached in the run directory (``osa_weights.npz``) and reused on resume; the estimator is then
 released. Loss: ``mean_k w_k * InfoNCE_k`` (the release's ``CrossEn`` on rows and columns).
 
-* adaptation (paper's headline setting, ``adapt: true``): before scoring, the estimator is
-  adapted to the target domain: a GMM on its per-sample losses keeps a strict clean set
-  (posterior > ``adapt_threshold``), and the estimator is warmed up on it for
-  ``adapt_epochs`` of InfoNCE; ``adapt: false`` is the paper's "without adaptation" row.
+* adaptation (``adapt``; the package's decision, on by default): before scoring, the
+  estimator is adapted to the target domain: a GMM on its per-sample losses keeps a strict
+  clean set (posterior > ``adapt_threshold``), and the estimator is warmed up on it for
+  ``adapt_epochs`` of InfoNCE. OSA's paper describes it as optional and not needed, and the
+  release has no code for it: the ``paper`` and ``release`` readings turn it off.
 * beta (Eq. 4): the mean estimator score of random-input pairs (uniform-noise pixels against
   random token ids, as released; ``beta_source: random_inputs``), or the mean score of
-  mismatched training pairs (``beta_source: mismatched_pairs``, this package's earlier
-  reading), or a fixed value from the config. Mismatched real pairs score low: a beta at their
+  mismatched training pairs (``beta_source: mismatched_pairs``, a reading this package once
+  used), or a fixed value from the config. Mismatched real pairs score low: a beta at their
   mean leaves about half of the noisy pairs a positive weight.
 * scoring: ``paper`` ``w = x^2 (1 - x)`` on the debiased cosine; ``released`` ``x / batch max``
   and ``x^2 (1 - x^2)``, computed per batch as released; no NaN when no pair exceeds beta.
 * :meth:`OSAMethod.sample_weights` gives the weights indexed by sample index, so they also
-  weight SGRAF's per-pair triplet loss (the estimator then is a CLIP model on the same pairs).
+  weight SGRAF's per-pair hinge (``objective: triplet``; the estimator then is a CLIP model
+  on the same pairs). That hinge sums all negatives by default: the hardest-negative hinge
+  (``max_violation: true``) collapses on the synthetic world even on clean pairs.
 """
 
 from __future__ import annotations
@@ -42,13 +45,14 @@ from ugncl.core.engine.distributed import is_main_process
 from ugncl.core.errors import ConfigError
 from ugncl.core.method import RunServices, section_defaults
 from ugncl.core.optim import build_optimizer
-from ugncl.methods.clip import CLIPMethod
+from ugncl.methods.hinge import weighted_triplet
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample, weighted_mean
+from ugncl.methods.infonce_method import InfoNCEMethod
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.triplet import sigmoid_hinge_error
-from ugncl.methods.ugncl.losses import _hinge_costs
 from ugncl.methods.weighted.memory_bank import gmm_clean_set, index_digest
 from ugncl.methods.weighted.passes import logit_scale_of, scan_training_set, untrained_start_error
+from ugncl.methods.weighted.sections import READING_CHOICES
 from ugncl.methods.weighted.weights import osa_weights
 
 logger = logging.getLogger(__name__)
@@ -90,40 +94,6 @@ def random_input_shift(
     return float(s.mean()), float(s.std()) if s.numel() > 1 else 0.0
 
 
-def weighted_triplet(
-    raw: Tensor, weights: Tensor, margin: float = 0.2, max_violation: bool = True
-) -> Tensor:
-    """OSA's weights on the SGRAF track: per-pair VSE++ hinge on ``sigmoid(raw)``, weighted.
-
-    Pair ``i``'s cost is its image-anchor plus its caption-anchor hinge; ``sum_i w_i cost_i``
-    (view-averaged) equals ``triplet_objective`` when every weight is 1.
-
-    Args:
-        raw: raw scores ``(W, K, K)``.
-        weights: ``(K,)`` per-pair weights (no gradient).
-        margin, max_violation: as :func:`ugncl.methods.ugncl.losses.vse_hinge`.
-
-    Returns:
-        0-dim tensor.
-    """
-    if raw.dim() != 3 or raw.shape[1] != raw.shape[2] or weights.shape != (raw.shape[1],):
-        raise ValueError(
-            f"raw must be (W, K, K) and weights (K,), got {raw.shape}, {weights.shape}"
-        )
-    w = weights.detach().to(raw.dtype)
-    total = raw.new_zeros(())
-    for view in raw:
-        s = torch.sigmoid(view)
-        margins = torch.full((s.shape[0],), margin, dtype=s.dtype, device=s.device)
-        cost_i2t, cost_t2i = _hinge_costs(s, margins)
-        if max_violation:
-            per = cost_i2t.max(dim=1).values + cost_t2i.max(dim=1).values
-        else:
-            per = cost_i2t.sum(dim=1) + cost_t2i.sum(dim=1)
-        total = total + (w * per).sum()
-    return total / raw.shape[0]
-
-
 def checkpoint_estimator(path: str, load: Callable[[str], nn.Module] | None) -> nn.Module:
     """The model a training checkpoint holds, of any registered backbone, or a CLIP weights
     file of this package, read by ``load`` (the run room's loader)."""
@@ -140,24 +110,46 @@ def checkpoint_estimator(path: str, load: Callable[[str], nn.Module] | None) -> 
     return load(path)
 
 
+# The OSA README's training command (all datasets but CC120K, which trains 10 epochs); the
+# paper prints the same. No gradient clipping in the release.
+OSA_TRAINING: dict[str, Any] = {
+    "train.optimizer": "adamw", "train.lr": 1.0e-5, "train.weight_decay": 0.2,
+    "train.adam_beta1": 0.9, "train.adam_beta2": 0.98, "train.adam_eps": 1.0e-6,
+    "train.batch_size": 256, "train.epochs": 5, "train.grad_clip": 0.0,
+}  # fmt: skip
+
+
 @dataclass
 class OSAConfig:
-    """OSA (``method.osa``)."""
+    """OSA (``method.osa``); defaults are the package's reading, ``reading`` picks another."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "reading": READING_CHOICES,
         "scoring": ("paper", "released"),
         "objective": ("info_nce", "triplet"),
         "beta_source": ("random_inputs", "mismatched_pairs"),
     }
+    # Every key where the paper as printed and the public release differ from the package
+    # (docs/methods/weighted.md, "OSA").
+    READINGS: ClassVar[dict[str, dict[str, Any]]] = {
+        "package": {},
+        "paper": {"method.osa.adapt": False, **OSA_TRAINING},
+        "release": {"method.osa.adapt": False, "method.osa.scoring": "released", **OSA_TRAINING},
+    }
 
+    reading: str = "package"  # paper | release | package: sets the keys READINGS lists
     scoring: str = "paper"  # released: x / batch max, x^2 (1 - x^2)
     objective: str = "info_nce"  # triplet: weighted VSE++ hinge (the SGRAF track)
     margin: float = 0.2  # triplet only
-    max_violation: bool = True  # triplet only
+    # triplet only. false: every negative of the batch (the package's SGRAF objective); true:
+    # the hardest negative, which collapses on the synthetic world even on clean pairs
+    max_violation: bool = False
     beta: float | None = None  # null: from beta_source
     beta_source: str = "random_inputs"  # Eq. 4; mismatched_pairs: mean of real non-matching pairs
     random_token_high: int = 100  # random captions: token ids in [0, this) (release: [0, 99])
-    adapt: bool = True  # paper's headline: GMM-strict clean set, then estimator warm-up
+    # GMM-strict clean set, then an estimator warm-up (package; the paper calls it optional,
+    # the release has none)
+    adapt: bool = True
     adapt_threshold: float = 0.99
     adapt_epochs: int = 1
     adapt_lr: float = 1.0e-5  # OSA's fine-tune lr (README); the paper gives none for it
@@ -168,18 +160,20 @@ class OSAConfig:
     cache_file: str = "osa_weights.npz"
 
 
-class OSAMethod(CLIPMethod):
+class OSAMethod(InfoNCEMethod):
     """OSA with a frozen estimator whose weights are computed once.
 
     Args:
+        reading: the reading the config resolved (recorded; its keys are already set).
         scoring: ``paper`` or ``released`` (see :func:`ugncl.methods.weighted.weights.osa_weights`).
         objective: ``info_nce`` (CLIP) or ``triplet`` (:func:`weighted_triplet`, SGRAF).
-        margin, max_violation: of the triplet objective.
+        margin, max_violation: of the triplet objective (all negatives unless
+            ``max_violation``).
         beta: fixed space shift on the estimator's logit scale (None: from ``beta_source``).
         beta_source: ``random_inputs`` (Eq. 4, :func:`random_input_shift`) or
             ``mismatched_pairs`` (mean score of real non-matching training pairs).
         random_token_high: token ids of the random captions are drawn in ``[0, this)``.
-        adapt: domain adaptation of the estimator before scoring (paper's main tables).
+        adapt: domain adaptation of the estimator before scoring (the package's decision).
         adapt_threshold: GMM clean posterior of the adaptation's clean set.
         adapt_epochs: warm-up epochs over that clean set (InfoNCE, AdamW 0.9/0.98/1e-6,
             weight decay 0.2).
@@ -202,6 +196,7 @@ class OSAMethod(CLIPMethod):
     def __init__(
         self,
         *,
+        reading: str,
         scoring: str,
         objective: str,
         margin: float,
@@ -226,6 +221,7 @@ class OSAMethod(CLIPMethod):
             raise ValueError(f"osa scoring must be paper or released, got {scoring!r}")
         if objective not in OSAConfig.CHOICES["objective"]:
             raise ValueError(f"osa objective must be info_nce or triplet, got {objective!r}")
+        self.reading = reading
         self.scoring = scoring
         self.objective = objective
         self.margin = margin
@@ -313,8 +309,9 @@ class OSAMethod(CLIPMethod):
         return None
 
     def adapt_estimator(self, ctx: Any, est: nn.Module, source: Callable[..., Any]) -> dict:
-        """Domain adaptation (OSA section 3.2, main tables): a strict clean set from a GMM on
-        the estimator's per-sample InfoNCE, then ``adapt_epochs`` of InfoNCE on it.
+        """Domain adaptation (optional in OSA's paper, absent from its release): a strict clean
+        set from a GMM on the estimator's per-sample InfoNCE, then ``adapt_epochs`` of InfoNCE
+        on it.
 
         ``source`` gives the pass's batches (``ctx.batches`` or the estimator view); the
         estimator is left frozen in eval mode. Returns the record fields.

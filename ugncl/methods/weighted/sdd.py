@@ -2,14 +2,16 @@
 
 Per epoch (``on_epoch_start``): the diagonal logit-scaled similarity of every training pair
 under the current model; a 2-component GMM on it gives the consistency weight (higher-mean
-posterior, min-max normalised); pairs with similarity ``<= alpha`` are dropped for the epoch
-(``epoch_samples``). Per batch: NPC's significance weight from a siamese step weighted by the
-consistency weight; loss ``mean_k w_sig,k * w_con,k * InfoNCE_k``.
+posterior; min-max normalised as released, ``consistency_norm``); pairs with similarity
+``<= alpha`` are dropped for the epoch (``epoch_samples``). Per batch: NPC's significance
+weight from a siamese step weighted by the consistency weight; loss
+``mean_k w_sig,k * w_con,k * InfoNCE_k``.
 
 Fixed against the release: bank lookups use the sample index (the release looks the text
 bank up by position in the self-dropped subset, data.py:376), InfoNCE is log-sum-exp
 stabilised (InfoNCELoss.py), the bank is built by ``setup`` with the features indexed by
-sample (the release mis-pairs shuffled features), normalised keys, query excluded.
+sample (the release mis-pairs shuffled features), normalised keys. The package also excludes
+the query's own pair (``siamese.exclude_own_pair``; the paper and release readings do not).
 ``thresholds: auto`` places alpha/beta on the scale of the model at hand
 (:func:`ugncl.methods.weighted.weights.auto_sdd_thresholds`).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,12 +30,19 @@ from torch import Tensor, nn
 
 from ugncl.core.engine.distributed import is_main_process
 from ugncl.core.method import section_defaults
-from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
+from ugncl.methods.infonce_method import InfoNCEMethod
 from ugncl.methods.noise_detection import detection_record
-from ugncl.methods.weighted.memory_bank import MemoryBank, build_memory_bank
+from ugncl.methods.weighted.memory_bank import MemoryBank
 from ugncl.methods.weighted.npc import BANK_STREAM, BankExtras, BankSiamese
 from ugncl.methods.weighted.passes import scan_training_set, untrained_start_error
+from ugncl.methods.weighted.sections import (
+    READING_CHOICES,
+    GMMConfig,
+    SiameseConfig,
+    nested_choices,
+    section_value,
+)
 from ugncl.methods.weighted.weights import (
     auto_sdd_thresholds,
     bank_clean_mask,
@@ -46,50 +55,73 @@ logger = logging.getLogger(__name__)
 GMM_STREAM = 3  # RNG stream of the per-epoch similarity pass
 
 
+# The SDD README's training command; the paper prints batch 128 (else as the README).
+SDD_TRAINING: dict[str, Any] = {
+    "train.optimizer": "adamw", "train.lr": 2.0e-7, "train.weight_decay": 0.2,
+    "train.adam_beta1": 0.9, "train.adam_beta2": 0.98, "train.adam_eps": 1.0e-6,
+    "train.batch_size": 256, "train.epochs": 5,
+}  # fmt: skip
+
+
 @dataclass
 class SDDConfig:
-    """SDD (``method.sdd``); thresholds on the model's logit-scaled scale."""
+    """SDD (``method.sdd``); thresholds on the model's logit-scaled scale. Defaults are the
+    package's reading, ``reading`` picks another."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "reading": READING_CHOICES,
         "thresholds": ("fixed", "auto"),
-        "ratio_grouping": ("direction", "bank"),
-        "image_neighbour": ("image_itself", "other_image"),
+        "consistency_norm": ("min_max", "none"),
+        **nested_choices("siamese", SiameseConfig),
+    }
+    # Every key where the paper as printed and the public release differ from the package
+    # (docs/methods/weighted.md, "SDD").
+    READINGS: ClassVar[dict[str, dict[str, Any]]] = {
+        "package": {},
+        "paper": {
+            "method.sdd.consistency_norm": "none",
+            "method.sdd.siamese.exclude_own_pair": False,
+            **SDD_TRAINING,
+            "train.batch_size": 128,
+        },
+        "release": {
+            "method.sdd.siamese.ratio_grouping": "bank",
+            "method.sdd.siamese.exclude_own_pair": False,
+            **SDD_TRAINING,
+        },
     }
 
+    reading: str = "package"  # paper | release | package: sets the keys READINGS lists
     alpha: float = 20.0  # self-drop: sim <= alpha (release, x100 scale)
     beta: float = 30.0  # bank clean set: sim > beta (release)
     thresholds: str = "fixed"  # auto: from the starting model's non-matching pair scores
     auto_alpha_std: float = 0.0
     auto_beta_std: float = 2.0
-    gmm_max_iter: int = 10
-    gmm_tol: float = 1e-2
-    gmm_reg_covar: float = 5e-4
+    # min_max: the GMM posterior rescaled to [0, 1] over the training set (release);
+    # none: the raw posterior (paper)
+    consistency_norm: str = "min_max"
     pass_batch_size: int | None = 512
-    ratio_grouping: str = "direction"  # bank = release (main_SDD_sim.py:230)
-    image_neighbour: str = "image_itself"  # other_image: exclude every pair of the query image
-    siamese_lr: float | None = None
-    siamese_reset_state: bool = False
-    siamese_beta1: float = 0.9
-    siamese_beta2: float = 0.98
-    siamese_eps: float = 1e-6
-    siamese_weight_decay: float = 0.2
     bank_file: str = "sdd_memory_bank.npz"
+    siamese: SiameseConfig = field(default_factory=SiameseConfig)
+    # the per-epoch GMM (release main_SDD_sim.py:101-117: 10 iterations)
+    gmm: GMMConfig = field(default_factory=lambda: GMMConfig(max_iter=10))
 
 
-class SDDMethod(CLIPMethod):
+class SDDMethod(InfoNCEMethod):
     """SDD on a CLIP-like ``SimilarityModel``.
 
     Args:
+        reading: the reading the config resolved (recorded; its keys are already set).
         alpha: self-drop threshold (drop ``sim <= alpha``; release 20 on the x100 scale).
         beta: bank clean threshold (``sim > beta``; release 30).
         thresholds: ``fixed`` (alpha, beta as given) or ``auto`` (from the starting model's
             non-matching pair scores, see ``auto_sdd_thresholds``; alpha/beta are then unused).
         auto_alpha_std, auto_beta_std: offsets of the auto mode, in standard deviations.
-        gmm_max_iter, gmm_tol, gmm_reg_covar: the per-epoch GMM (release: 10, 1e-2, 5e-4).
+        consistency_norm: ``min_max`` (release) or ``none`` (paper: the raw GMM posterior).
         pass_batch_size: batch size of the bank and per-epoch passes (release 512).
-        ratio_grouping, image_neighbour, siamese_*: see
-            :class:`ugncl.methods.weighted.npc.NPCMethod` (SDD Eq. 9-10 group by direction).
         bank_file: file name in the run directory (reused on resume).
+        siamese, gmm: as :class:`ugncl.methods.weighted.npc.NPCMethod` (SDD Eq. 9-10 group
+            the ratio by direction; the GMM is the per-epoch one).
     """
 
     name = "sdd"
@@ -100,41 +132,35 @@ class SDDMethod(CLIPMethod):
     def __init__(
         self,
         *,
+        reading: str,
         alpha: float,
         beta: float,
         thresholds: str,
         auto_alpha_std: float,
         auto_beta_std: float,
-        gmm_max_iter: int,
-        gmm_tol: float,
-        gmm_reg_covar: float,
+        consistency_norm: str,
         pass_batch_size: int | None,
-        ratio_grouping: str,
-        image_neighbour: str,
-        siamese_lr: float | None,
-        siamese_reset_state: bool,
-        siamese_beta1: float,
-        siamese_beta2: float,
-        siamese_eps: float,
-        siamese_weight_decay: float,
         bank_file: str,
+        siamese: SiameseConfig | dict[str, Any],
+        gmm: GMMConfig | dict[str, Any],
         eval_score: str = "raw",
     ) -> None:
         super().__init__(eval_score=eval_score)
         if thresholds not in SDDConfig.CHOICES["thresholds"]:
             raise ValueError(f"sdd thresholds must be fixed or auto, got {thresholds!r}")
+        if consistency_norm not in SDDConfig.CHOICES["consistency_norm"]:
+            raise ValueError(
+                f"sdd consistency_norm must be min_max or none, got {consistency_norm!r}"
+            )
+        self.reading = reading
         self.alpha, self.beta = float(alpha), float(beta)
         self.thresholds = thresholds
         self.auto_std = (auto_alpha_std, auto_beta_std)
-        self.gmm = dict(max_iter=gmm_max_iter, tol=gmm_tol, reg_covar=gmm_reg_covar)
+        self.consistency_norm = consistency_norm
+        self.gmm = section_value(SDDConfig().gmm, gmm)
         self.pass_batch_size = pass_batch_size
         self.bank_file = bank_file
-        self.image_neighbour = image_neighbour
-        self.core = BankSiamese(
-            siamese_lr=siamese_lr, siamese_reset_state=siamese_reset_state,
-            betas=(siamese_beta1, siamese_beta2), eps=siamese_eps, wd=siamese_weight_decay,
-            grouping=ratio_grouping,
-        )  # fmt: skip
+        self.core = BankSiamese(section_value(SDDConfig().siamese, siamese))
         self._clean: np.ndarray | None = None
         self.consistency: np.ndarray | None = None  # (N,) this epoch's GMM weight
         self.keep: np.ndarray | None = None  # (N,) bool, not self-dropped this epoch
@@ -193,10 +219,7 @@ class SDDMethod(CLIPMethod):
                 )  # fmt: skip
                 meta = {"shift_mean": scan.shift.mean, "shift_std": scan.shift.std}
             clean = bank_clean_mask(scan.diag, self.beta)
-            bank = build_memory_bank(
-                clean, scan.image_emb, scan.caption_emb, scan.image_index, scan.diag,
-                device=ctx.device, image_neighbour=self.image_neighbour,
-            )  # fmt: skip
+            bank = self.core.build_bank(clean, scan, scan.diag, ctx.device)
             self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
             if is_main_process():  # every rank holds the bank; rank 0 writes it
                 bank.save(path)
@@ -228,7 +251,9 @@ class SDDMethod(CLIPMethod):
                 desc=f"sdd gmm {epoch}",
             ).diag  # fmt: skip
         self._start_diag = None
-        self.consistency = consistency_weight(diag, seed=self._seed, **self.gmm)
+        self.consistency = consistency_weight(
+            diag, seed=self._seed, norm=self.consistency_norm, **self.gmm.kwargs()
+        )
         self.keep = self_drop_keep(diag, self.alpha)
         record.update(detection_record(self._clean, weights=self.consistency, selected=self.keep))
         record["n_dropped"] = int((~self.keep).sum())

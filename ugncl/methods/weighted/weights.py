@@ -168,6 +168,9 @@ def min_max(values: np.ndarray) -> np.ndarray:
     return out
 
 
+ConsistencyNorm = Literal["min_max", "none"]
+
+
 def consistency_weight(
     sim: np.ndarray,
     *,
@@ -175,8 +178,12 @@ def consistency_weight(
     tol: float = 1e-2,
     reg_covar: float = 5e-4,
     seed: int = 0,
+    norm: ConsistencyNorm = "min_max",
 ) -> np.ndarray:
-    """SDD consistency weight: min-max normalised higher-mean GMM posterior (SDD :101-117, 274-277).
+    """SDD consistency weight: the higher-mean GMM component's posterior of each pair.
+
+    ``norm``: ``"min_max"`` rescales the posteriors to [0, 1] over the training set (the
+    release, main_SDD_sim.py:274-277); ``"none"`` keeps the raw posterior (SDD's paper).
 
     Args:
         sim: ``(N,)`` diagonal logit-scaled similarity of every training pair.
@@ -185,7 +192,11 @@ def consistency_weight(
         ``(N,)`` float32 weights in [0, 1].
     """
     p = gmm_posterior(sim, "high", max_iter=max_iter, tol=tol, reg_covar=reg_covar, seed=seed)
-    return min_max(p).astype(np.float32)
+    if norm == "min_max":
+        p = min_max(p)
+    elif norm != "none":
+        raise ValueError(f"consistency norm must be 'min_max' or 'none', got {norm!r}")
+    return np.asarray(p, dtype=np.float32)
 
 
 def self_drop_keep(sim: np.ndarray, alpha: float) -> np.ndarray:

@@ -12,8 +12,8 @@ from ugncl.backbones.clip.backbone import CLIPConfig, pretrained_path
 from ugncl.backbones.clip.run_data import ImageEvalData, image_naming
 from ugncl.core.config import DataConfig, ImageDataConfig
 from ugncl.core.data import PairBatch
-from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import clip_loss
+from ugncl.methods.infonce_method import InfoNCEMethod
 from ugncl.run.config import ConfigError
 
 from ....precomputed.clip_layout import image_number, write_clip_dataset
@@ -90,7 +90,7 @@ def test_clip_method_is_the_mean_symmetric_info_nce():
         lengths=torch.full((k,), 4), index=torch.arange(k), image_index=torch.arange(k),
         clean=torch.ones(k, dtype=torch.bool),
     )  # fmt: skip
-    method = CLIPMethod()
+    method = InfoNCEMethod()
     per = method.per_sample_loss(model, batch)
     assert per.shape == (k,)
     out = method.training_step(model, batch, None)

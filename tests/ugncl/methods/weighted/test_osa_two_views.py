@@ -46,9 +46,9 @@ def test_config_opens_the_raw_image_view_for_a_clip_estimator(clip_world, tmp_pa
     contexts, methods = [], []
     plain_context = trainer_module.Trainer.context
 
-    def recorded_context(self):
+    def recorded_context(self, *args, **kwargs):
         methods.append(self.method)
-        contexts.append(plain_context(self))
+        contexts.append(plain_context(self, *args, **kwargs))
         return contexts[-1]
 
     monkeypatch.setattr(trainer_module.Trainer, "context", recorded_context)

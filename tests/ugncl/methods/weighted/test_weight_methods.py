@@ -193,10 +193,11 @@ def test_siamese_copies_only_trainable_state():
 # -------------------------------------------------------------------------------------- NPC
 
 
-def _npc(tmp_path, **kw):
+def _npc(tmp_path, siamese=None, **kw):
     model = TinyClip()
     ctx = FakeContext(model, tmp_path)
-    npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=1e-2, **kw)
+    siamese = {"lr": 1e-2, **(siamese or {})}
+    npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese=siamese, **kw)
     record = npc.setup(ctx)
     return npc, ctx, model, record
 
@@ -208,7 +209,7 @@ def test_npc_setup_builds_and_reuses_bank(tmp_path):
     assert bank.clean[bank.text_bank].all() and (bank.text_bank != np.arange(ctx.num_samples)).all()
     with torch.no_grad():
         model.img.weight.mul_(-1)  # a resumed run starts from other weights: the bank is reused
-    again = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=1e-2)
+    again = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese={"lr": 1e-2})
     again.setup(ctx)
     assert np.array_equal(again.core.bank.text_bank, bank.text_bank)
 
@@ -250,7 +251,52 @@ def test_npc_bank_loss_trains_the_model(tmp_path):
     assert npc.on_epoch_start(ctx, 1) is None and npc.on_epoch_end(ctx, 1) is None  # recorded once
 
 
+def test_npc_own_pair_exclusion_switch_changes_bank_and_weights(tmp_path):
+    # Package: a sample's own pair is never its neighbour. Paper and release: every clean key
+    # is searched, so a clean caption finds itself and its weight measures the step's effect
+    # on its own pair.
+    runs = {}
+    for exclude in (True, False):
+        (tmp_path / str(exclude)).mkdir()
+        npc, ctx, model, _ = _npc(tmp_path / str(exclude), {"exclude_own_pair": exclude})
+        npc.training_step(model, ctx.fetch(np.arange(8)), _step())
+        runs[exclude] = (npc.core.bank, npc.core.epoch_weights[:8].copy())
+    (bank_in, w_in), (bank_out, w_out) = runs[False], runs[True]
+    assert (bank_out.text_bank != np.arange(len(bank_out.text_bank))).all()
+    # A clean key's nearest key is an identical entry (cosine 1): itself, or a sibling caption
+    # of the same words / the same image that comes first (ties go to the lowest position).
+    keys = np.flatnonzero(bank_in.clean)
+    assert (bank_in.text_bank[keys] <= keys).all() and (bank_in.image_bank[keys] <= keys).all()
+    assert (ctx.tokens[bank_in.text_bank[keys]] == ctx.tokens[keys]).all()
+    index = bank_in.image_index
+    assert (index[bank_in.image_bank[keys]] == index[keys]).all()
+    assert not bank_in.exclude_own_pair and bank_out.exclude_own_pair
+    assert not np.allclose(w_in, w_out)
+
+
 # -------------------------------------------------------------------------------------- SDD
+
+
+def test_sdd_consistency_norm_switch_min_max_or_raw_posterior(tmp_path):
+    from ugncl.methods.weighted.weights import gmm_posterior
+
+    weights = {}
+    for norm in ("min_max", "none"):
+        (tmp_path / norm).mkdir()
+        model = TinyClip()
+        ctx = FakeContext(model, tmp_path / norm)
+        sdd = SDDMethod(thresholds="auto", auto_beta_std=1.0, pass_batch_size=8,
+                        consistency_norm=norm, siamese={"lr": 1e-2})  # fmt: skip
+        sdd.setup(ctx)
+        diag = sdd._start_diag.copy()
+        sdd.on_epoch_start(ctx, 0)
+        weights[norm] = sdd.consistency
+    raw = gmm_posterior(diag, "high", max_iter=10, tol=1e-2, reg_covar=5e-4, seed=0)
+    assert np.allclose(weights["none"], raw, atol=1e-6)  # SDD's paper: the raw posterior
+    lo, hi = raw.min(), raw.max()
+    assert np.allclose(weights["min_max"], (raw - lo) / (hi - lo), atol=1e-6)  # the release
+    assert weights["min_max"].min() == 0.0 and weights["min_max"].max() == pytest.approx(1.0)
+    assert not np.allclose(weights["min_max"], weights["none"])
 
 
 def test_sdd_drops_and_looks_up_by_sample_index(tmp_path):
@@ -258,7 +304,7 @@ def test_sdd_drops_and_looks_up_by_sample_index(tmp_path):
     ctx = FakeContext(model, tmp_path)
     # beta at mean + 1 std: at the default 2 std the tiny model's bank shows one image, which
     # build_memory_bank refuses (tests/ugncl/test_memory_bank.py).
-    sdd = SDDMethod(thresholds="auto", auto_beta_std=1.0, pass_batch_size=8, siamese_lr=1e-2)
+    sdd = SDDMethod(thresholds="auto", auto_beta_std=1.0, pass_batch_size=8, siamese={"lr": 1e-2})
     record = sdd.setup(ctx)
     assert record["beta"] > record["alpha"]
     rec = sdd.on_epoch_start(ctx, 0)
@@ -319,7 +365,7 @@ def test_osa_beta_from_random_inputs_and_adaptation(tmp_path):
 
     runs = {}
     for name, kw in {
-        "paper": {},
+        "package": {},
         "mismatched": {"beta_source": "mismatched_pairs", "adapt": False},
         "no_adapt": {"adapt": False},
     }.items():
@@ -336,10 +382,12 @@ def test_osa_beta_from_random_inputs_and_adaptation(tmp_path):
     assert record["beta"] != pytest.approx(record["mismatched_mean"])
     mis = runs["mismatched"][1]
     assert mis["beta"] == pytest.approx(mis["mismatched_mean"])
-    # Adaptation (default): a strict clean set, then warm-up steps; the scores move.
-    paper = runs["paper"][1]
-    assert paper["adapt_clean"] > 0 and paper["adapt_steps"] > 0
-    assert not np.allclose(runs["paper"][0].sim, osa.sim)
+    # Adaptation (the package's default; the paper and release readings turn it off): a strict
+    # clean set, then warm-up steps; the scores, hence the weights, move.
+    package = runs["package"][1]
+    assert package["adapt_clean"] > 0 and package["adapt_steps"] > 0
+    assert not np.allclose(runs["package"][0].sim, osa.sim)
+    assert not np.allclose(runs["package"][0].sample_weights(), osa.sample_weights())
     assert "adapt_clean" not in record
 
 
@@ -371,9 +419,30 @@ def test_osa_no_nan_when_no_pair_exceeds_beta(tmp_path):
     assert torch.isfinite(out["loss"]) and out["loss"].item() == 0.0
 
 
+def test_osa_on_sgraf_sums_every_negative_unless_the_hardest_is_asked_for(tmp_path):
+    from ugncl.methods.hinge import weighted_triplet
+
+    model = TinyClip()
+    ctx = FakeContext(model, tmp_path)
+    losses = {}
+    for hardest in (False, True):
+        osa = OSAMethod(objective="triplet", adapt=False, pass_batch_size=8, beta=-10.0,
+                        **({"max_violation": True} if hardest else {}))  # fmt: skip
+        osa.setup(ctx)
+        batch = ctx.fetch(np.arange(6))
+        loss = osa.training_step(model, batch, _step())["loss_triplet"]
+        raw = model(batch.images, batch.captions, batch.lengths).float()
+        w = osa.batch_weights(batch.index)
+        assert (w > 0).any()
+        assert loss.item() == pytest.approx(weighted_triplet(raw, w, 0.2, hardest).item())
+        losses[hardest] = loss.item()
+        (tmp_path / "cache").mkdir(exist_ok=True)
+        (tmp_path / osa.cache_file).rename(tmp_path / "cache" / str(hardest))
+    assert losses[False] != pytest.approx(losses[True])
+
+
 def test_osa_weighted_triplet_equals_plain_triplet_at_unit_weights():
-    from ugncl.methods.ugncl.losses import triplet_objective
-    from ugncl.methods.weighted.osa import weighted_triplet
+    from ugncl.methods.hinge import triplet_objective, weighted_triplet
 
     g = torch.Generator().manual_seed(3)
     raw = torch.randn(2, 5, 5, generator=g)
@@ -438,7 +507,7 @@ def test_npc_with_dropout_runs_the_copys_own_forward(tmp_path, monkeypatch):
         model = cls()
         (tmp_path / path).mkdir()
         ctx = FakeContext(model, tmp_path / path)
-        npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=1e-2)
+        npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese={"lr": 1e-2})
         npc.setup(ctx)
         model.train()
         out = npc.training_step(model, ctx.fetch(np.arange(6)), _step())
@@ -503,7 +572,7 @@ def test_npc_step_equals_the_papers_procedure_over_steps(tmp_path, grouping):
     # The optimised step (shared forward, autograd.grad for the siamese step, in-place sync,
     # each distinct bank image and caption encoded once) gives the reference's weights, loss
     # and gradients, step after step (the siamese AdamW moments carry over in both).
-    npc, ctx, model, _ = _npc(tmp_path, ratio_grouping=grouping)
+    npc, ctx, model, _ = _npc(tmp_path, {"ratio_grouping": grouping})
     ref_model = copy.deepcopy(model)
     ref = ReferenceNPC(ref_model, npc.core.bank, ctx.fetch, lr=1e-2, grouping=grouping)
     opts = [torch.optim.AdamW(m.parameters(), lr=5e-2) for m in (model, ref_model)]
@@ -564,7 +633,7 @@ def test_siamese_ratio_under_bf16_autocast_agrees_with_fp32(tmp_path):
         (tmp_path / name).mkdir()
         model = TinyClip()
         ctx = FakeContext(model, tmp_path / name)
-        npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese_lr=3e-5)
+        npc = NPCMethod(clean_threshold=0.5, bank_batch_size=8, siamese={"lr": 3e-5})
         npc.setup(ctx)
         runs.append(torch.cat([ratios(npc, model, autocast) for _ in range(3)]))
     r32, r16 = runs

@@ -1,10 +1,12 @@
-"""Plain CLIP fine-tuning with symmetric InfoNCE: the non-robust baseline of the CLIP track.
+"""Plain fine-tuning with symmetric InfoNCE (``method.infonce``): the non-robust baseline of the
+CLIP track.
 
 The references' vanilla CLIP (NPC ``main_CLIP.py``): every pair of a batch counts, the loss is
 the mean over the batch of ``(CE_i2t + CE_t2i) / 2`` on ``logit_scale.exp() * cos``
-(:func:`ugncl.methods.infonce.info_nce_per_sample`). Weight-based methods (NPC, SDD, OSA) subclass
-:class:`CLIPMethod` and re-weight :meth:`CLIPMethod.per_sample_loss`. Retrieval ranks by the raw
-logit-scaled cosine (``eval.eval_score: raw``; with one view every score ranks the same).
+(:func:`ugncl.methods.infonce.info_nce_per_sample`). Weight-based methods (NPC, SDD, OSA)
+subclass :class:`InfoNCEMethod` and re-weight :meth:`InfoNCEMethod.per_sample_loss`. Retrieval
+ranks by the raw logit-scaled cosine (``eval.eval_score: raw``; with one view every score ranks
+the same).
 Optimiser and schedule (AdamW 0.9/0.98/1e-6, wd 0.2, cosine with warm-up in optimiser steps)
 are ``train.*`` keys of the configs, not of the method.
 """
@@ -22,12 +24,12 @@ from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.method import TRAIN_PAIRS, Method, section_defaults, train_pair_samples
 from ugncl.methods.infonce import info_nce_per_sample
 
-__all__ = ["CLIPMethod", "CLIPMethodConfig"]
+__all__ = ["InfoNCEConfig", "InfoNCEMethod"]
 
 
 @dataclass
-class CLIPMethodConfig:
-    """``method.clip``: plain InfoNCE; its one option picks the pairs it trains on."""
+class InfoNCEConfig:
+    """``method.infonce``: plain InfoNCE; its one option picks the pairs it trains on."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"train_pairs": TRAIN_PAIRS}
 
@@ -36,13 +38,13 @@ class CLIPMethodConfig:
     train_pairs: str = "all"
 
 
-class CLIPMethod(Method):
+class InfoNCEMethod(Method):
     """Symmetric InfoNCE over the in-batch pairs, every pair with weight 1."""
 
-    name = "clip"
+    name = "infonce"
     nonfinite_hint = "Lower train.lr or use train.amp=bf16/off (fp16 logits overflow)."
 
-    @section_defaults(CLIPMethodConfig)
+    @section_defaults(InfoNCEConfig)
     def __init__(self, *, train_pairs: str, eval_score: str = "raw") -> None:
         super().__init__(eval_score=eval_score)
         self.train_pairs = train_pairs
