@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.method import Method
 from ugncl.methods.clip import CLIPMethod, CLIPMethodConfig
+from ugncl.methods.ncr.method import NCRConfig, NCRMethod
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod
 from ugncl.methods.weighted.npc import NPCConfig, NPCMethod
@@ -32,6 +33,7 @@ METHODS: dict[str, MethodSpec] = {
     "npc": MethodSpec(NPCConfig, NPCMethod),
     "sdd": MethodSpec(SDDConfig, SDDMethod),
     "osa": MethodSpec(OSAConfig, OSAMethod),
+    "ncr": MethodSpec(NCRConfig, NCRMethod),
 }
 
 __all__ = [
@@ -41,6 +43,8 @@ __all__ = [
     "Method",
     "MethodContext",
     "MethodSpec",
+    "NCRConfig",
+    "NCRMethod",
     "NPCConfig",
     "NPCMethod",
     "OSAConfig",
