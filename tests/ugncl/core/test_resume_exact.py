@@ -22,7 +22,7 @@ def _overrides(tiny_world: Path, out: Path, name: str, method: str) -> list[str]
         "sdd": ["method.sdd.thresholds=auto", "method.sdd.pass_batch_size=32"],
         "osa": ["method.osa.logit_scale=10.0", "method.osa.pass_batch_size=32"],
     }.get(method, [])
-    if method in ("ugncl", "triplet"):  # SGRAF methods: the CPU-sized SGRAF model
+    if method in ("ugncl", "triplet", "ncr"):  # SGRAF methods: the CPU-sized SGRAF model
         extra += ["model.backbone=sgraf", *TINY_MODEL]
     return [
         f"data.root={tiny_world}", "data.noise_ratio=0.5", "data.dev_images=12",
@@ -77,7 +77,7 @@ def _tensors(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["npc", "sdd", "osa", "ugncl", "triplet"])
+@pytest.mark.parametrize("method", ["npc", "sdd", "osa", "ugncl", "triplet", "ncr"])
 def test_resume_after_a_kill_in_epoch_1_is_bit_exact(
     meanpool, tiny_world: Path, tmp_path: Path, monkeypatch, method: str
 ) -> None:

@@ -76,7 +76,7 @@ CELLS = [
     ("clip", "osa", ()), ("sgraf", "triplet", ()), ("sgraf", "ugncl", ()),
     ("sgraf", "clip", ()), ("sgraf", "osa", ()),
     ("sgraf", "npc", ("method.npc.clean_threshold=0.5",)),
-    ("sgraf", "sdd", SDD_ALL_CLEAN),
+    ("sgraf", "sdd", SDD_ALL_CLEAN), ("sgraf", "ncr", ()),
 ]  # fmt: skip
 
 
@@ -99,6 +99,7 @@ def test_each_method_trains_on_each_backbone(
     [
         ("clip", "triplet", (), "sigmoid saturates"),
         ("clip", "osa", ("method.osa.objective=triplet",), "sigmoid saturates"),
+        ("clip", "ncr", (), "sigmoid saturates"),
         ("sgraf", "npc", (), "model.sgraf.init"),
         ("sgraf", "sdd", (), "model.sgraf.init"),
         ("sgraf", "clip", ("model.sgraf.num_views=2",), "num_views=1"),

@@ -270,7 +270,7 @@ class NCRMethod(Method):
             clean: ``(K,)`` bool, the other network's division.
             with_noisy: whether the noisy pairs' term is on.
         """
-        zero = scores.sum() * 0.0
+        zero = scores[0, 0] * 0.0  # a zero on the graph (a term may be empty)
         loss_l, loss_u = zero, zero
         shape = self.settings.margin_shape
         c = torch.nonzero(clean).reshape(-1)
