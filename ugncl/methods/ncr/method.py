@@ -47,7 +47,7 @@ from ugncl.methods.ncr.losses import (
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.triplet import sigmoid_hinge_error
 
-__all__ = ["READINGS", "NCRConfig", "NCRMethod", "Reading", "reading_settings"]
+__all__ = ["READINGS", "NCRConfig", "NCRMethod", "Reading", "ncr_pair_fields", "reading_settings"]
 
 READINGS: tuple[str, ...] = ("package", "paper", "release")
 DIVISION_STREAM = 7  # RNG stream of the division pass's order (independent of training's)
@@ -298,6 +298,17 @@ class NCRMethod(Method):
         else:
             margin_s = margin_im = alpha
         return soft_margin_hinge(scores, margin_s, margin_im, hardest=True)
+
+
+def ncr_pair_fields(peer_state: dict[str, Tensor]) -> dict[str, Any]:
+    """The fields that make a model file of network A an NCR pair: network B's weights as
+    :class:`NCRMethod`'s state, the method's name, and the config keys evaluation reads
+    (``method.name=ncr``, ``eval.eval_score=sigmoid``: the mean of sigmoid scores)."""
+    return {
+        "method": NCRMethod.name,
+        "method_state": {f"peer.{k}": v for k, v in peer_state.items()},
+        "method_config": {"method": {"name": NCRMethod.name}, "eval": {"eval_score": "sigmoid"}},
+    }
 
 
 def _scores(raw: Tensor) -> Tensor:
