@@ -35,7 +35,7 @@ def ctx(warmup: bool, epoch: int = 0) -> StepContext:
 
 
 def test_registry_names_every_method() -> None:
-    assert set(METHODS) == {"triplet", "ugncl", "clip", "npc", "sdd", "osa"}
+    assert set(METHODS) == {"triplet", "ugncl", "clip", "npc", "sdd", "osa", "ncr"}
 
 
 def test_triplet_uses_all_negatives_only_in_warmup() -> None:
