@@ -221,3 +221,21 @@ def test_ugncl_two_ranks_division_kill_and_exact_resume(
             for key in ("u", "u_bar", "soft_label"):
                 np.testing.assert_allclose(got[key], single[key], rtol=1e-5, atol=1e-6)
         assert (single["sets"] >= 0).all()
+
+
+@pytest.mark.slow
+def test_ncr_two_ranks_train_like_one_process(
+    one_process, tiny_world: Path, tmp_path: Path
+) -> None:
+    """NCR's second network trains under DDP like the first: the same losses, co-divisions,
+    validation and test (both networks averaged) as one process."""
+    args = ["method.name=ncr", "train.warmup_epochs=1", "train.epochs=1"]
+    assert one_process(overrides(tiny_world, tmp_path, "one", "ncr_synthetic", *args)) == 0
+    ok(launch(2, ["--meanpool"], overrides(tiny_world, tmp_path, "two", "ncr_synthetic", *args)))
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+
+    def divisions(run: Path) -> list:
+        return [(r["n_clean"], r["b_n_clean"]) for r in read_metrics(run)
+                if r["event"] == "noise_detection"]  # fmt: skip
+
+    assert divisions(tmp_path / "one") == divisions(tmp_path / "two") != []

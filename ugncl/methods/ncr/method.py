@@ -51,6 +51,7 @@ __all__ = ["READINGS", "NCRConfig", "NCRMethod", "Reading", "ncr_pair_fields", "
 
 READINGS: tuple[str, ...] = ("package", "paper", "release")
 DIVISION_STREAM = 7  # RNG stream of the division pass's order (independent of training's)
+PEER_INIT_STREAM = 1  # seed stream of network B's initial weights
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class NCRMethod(Method):
         self.soft_margin = soft_margin
         self.p_threshold = float(p_threshold)
         self.main_epochs: int | None = None  # train.epochs (bind_data)
+        self.init_seed: int | None = None  # train.seed (bind_data): network B's initial weights
         self.warmup_epochs = 0
         self.peer: nn.Module | None = None
         # The epoch's divisions: index 0 trains network A (made by B), 1 trains B (made by A).
@@ -131,19 +133,25 @@ class NCRMethod(Method):
     # ------------------------------------------------------------------ lifecycle
     def bind_data(self, config: Any, data: Any, services: RunServices) -> None:
         self.main_epochs = int(config.train.epochs)
+        self.init_seed = None if config.train.seed is None else int(config.train.seed)
 
     def backbone_error(self, model: nn.Module) -> str | None:
         return sigmoid_hinge_error("method ncr", model)
 
     def prepare(self, model: nn.Module, num_samples: int) -> None:
-        """Network B: a second network of A's architecture, initialised independently (from
-        the global RNG after A's init, so it follows the run's seed), or a copy of A's weights
-        when A starts from a checkpoint (``model.sgraf.init``)."""
+        """Network B: a second network of A's architecture, initialised independently from a
+        generator seeded by the run's seed (the same weights in every process of a
+        multi-process run, whose global RNGs differ by rank after A's init), or a copy of A's
+        weights when A starts from a checkpoint (``model.sgraf.init``)."""
         config = getattr(model, "config", None)
         if not isinstance(config, dict):
             raise TypeError(f"NCR builds its second network from the model's config; "
                             f"{type(model).__name__} has none")  # fmt: skip
-        peer = type(model)(**config)
+        with torch.random.fork_rng(devices=[]):
+            if self.init_seed is not None:
+                seed = np.random.SeedSequence([self.init_seed, PEER_INIT_STREAM])
+                torch.manual_seed(int(seed.generate_state(1)[0]))
+            peer = type(model)(**config)
         if getattr(model, "init_from", None):
             peer.load_state_dict(model.state_dict())
         peer.to(next(model.parameters()).device)
