@@ -5,7 +5,9 @@ A CLIP weights file of this package (``tools/pretrain_clip.py``'s stand-in) eval
 --name synthetic_clip --eval-score raw``. Each split is encoded once per model and scored in
 shards; several checkpoints average their score matrices (an SGR and an SAF model = "SGRAF";
 two UGNCL models = UGNCL*; a DECL saf run and a DECL sgr run = DECL-SGRAF, their evidence
-averaged). Data settings come from the first checkpoint's saved config;
+averaged; an NCR checkpoint, trained here or a released pair converted with ``--which
+both``, averages its two networks' score matrices, as NCR evaluates). Data settings come from
+the first checkpoint's saved config;
 ``--data-root``/``--name``/``--vocab`` override them (needed for checkpoints converted from the
 released SGRAF/NCR/UGNCL files). Under ``torchrun --nproc_per_node N`` the scoring is split
 over the N processes (docs/distributed.md).
@@ -31,6 +33,7 @@ from ugncl.core.evaluation import (
     evaluate_models,
     metric_table,
 )
+from ugncl.core.method import Method
 from ugncl.core.metrics import TIE_RULES
 from ugncl.run.build import BACKBONES, build_method, check_checkpoint, model_from_file
 from ugncl.run.cli import check_writable, cli_main
@@ -72,7 +75,13 @@ def data_config(state: dict, args: argparse.Namespace) -> tuple[DataConfig, Conf
     """Data settings of the checkpoint's config with the command-line overrides applied, and
     the config whose method supplies the retrieval score (``--eval-score`` applied)."""
     saved = state.get("config")
-    config = build_config(saved) if saved else build_config(released_method(state))
+    # A converted file carries no training config: an NCR pair names its method and score, a
+    # released DECL file its evidence temperature.
+    config = (
+        build_config(saved)
+        if saved
+        else build_config(state.get("method_config") or released_method(state))
+    )
     data = config.data
     overrides = {
         "root": args.data_root,
@@ -103,6 +112,21 @@ def released_method(state: dict) -> dict:
         return {}
     tau = float((source.get("opt") or {}).get("tau", 0.1))
     return {"method": {"name": "decl", "decl": {"tau": tau}}}
+
+
+def evaluated_models(
+    method: Method, model: torch.nn.Module, state: dict, device: torch.device
+) -> list[torch.nn.Module]:
+    """The models a checkpoint's score matrices come from: the model, and where the
+    checkpoint's method evaluates with more (``Method.evaluation_models``, e.g. NCR's second
+    network) those too, loaded from its method state."""
+    own = type(method).evaluation_models is not Method.evaluation_models
+    if not own or state.get("method") != method.name or "method_state" not in state:
+        return [model]
+    method.prepare(model, 0)
+    method.load_state_dict(state["method_state"])
+    method.to(device)
+    return method.evaluation_models(model)
 
 
 def load_model(path: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
@@ -151,9 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{num_images} images. Use --protocol full"
         )
     eval_score = config.eval.eval_score
+    models = [m for model, state in loaded for m in evaluated_models(
+        build_method(config), model, state, device)]  # fmt: skip
     method = build_method(config)
     results, _ = evaluate_models(
-        [model for model, _ in loaded],
+        models,
         split,
         protocol=protocol,
         score=method.retrieval_score,
@@ -167,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if not env.is_main:  # rank 0 prints and writes for the job
             return 0
     print(
-        f"{data.name}/{split.split}, {len(loaded)} model(s), eval_score={eval_score}, "
+        f"{data.name}/{split.split}, {len(models)} model(s), eval_score={eval_score}, "
         f"ties={args.ties}"
     )
     print(metric_table(results))

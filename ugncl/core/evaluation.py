@@ -624,6 +624,8 @@ class Evaluator:
         memory_budget_bytes: per-shard budget of all-pairs scoring (None: the model's).
         unit_scores: ``score`` reads unit scores (``method.reads_unit_scores``; see
             :func:`score_matrix`).
+        models: ``model -> the models whose score matrices are averaged``
+            (``method.evaluation_models``; None: the model alone).
     """
 
     def __init__(
@@ -635,8 +637,10 @@ class Evaluator:
         batch_size: int = 128,
         memory_budget_bytes: int | None = None,
         unit_scores: bool = False,
+        models: Callable[[nn.Module], Sequence[nn.Module]] | None = None,
     ) -> None:
         self._splits: dict[str, object] = {"val": val, "test": test}
+        self.models = models
         self.score = score
         self.unit_scores = unit_scores
         self.batch_size = batch_size
@@ -664,7 +668,7 @@ class Evaluator:
             "full" if which == "val" else default_protocol(data.name, data.split, data.num_images)
         )
         results, _ = evaluate_models(
-            [model],
+            [model] if self.models is None else list(self.models(model)),
             data,
             protocol=protocol,
             score=self.score,

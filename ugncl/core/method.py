@@ -191,6 +191,11 @@ class Method(nn.Module):
     ) -> dict[str, Tensor]:
         raise NotImplementedError
 
+    def evaluation_models(self, model: nn.Module) -> list[nn.Module]:
+        """The models whose score matrices evaluation averages: ``[model]``; a method that
+        trains more than one network (its own modules) lists them too."""
+        return [model]
+
     def retrieval_reducer(self) -> Callable[[Tensor], Tensor]:
         """``eval.eval_score`` as a map raw (W, a, b) -> (a, b) (see
         :func:`ugncl.core.evaluation.view_reducer`); an evidential method overrides it to

@@ -10,6 +10,7 @@ from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.method import Method
 from ugncl.methods.decl import DECLConfig, DECLMethod
 from ugncl.methods.infonce_method import InfoNCEConfig, InfoNCEMethod
+from ugncl.methods.ncr.method import NCRConfig, NCRMethod
 from ugncl.methods.triplet import TripletConfig, TripletMethod
 from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod
 from ugncl.methods.weighted.npc import NPCConfig, NPCMethod
@@ -34,6 +35,7 @@ METHODS: dict[str, MethodSpec] = {
     "sdd": MethodSpec(SDDConfig, SDDMethod),
     "osa": MethodSpec(OSAConfig, OSAMethod),
     "decl": MethodSpec(DECLConfig, DECLMethod),
+    "ncr": MethodSpec(NCRConfig, NCRMethod),
 }
 
 __all__ = [
@@ -45,6 +47,8 @@ __all__ = [
     "Method",
     "MethodContext",
     "MethodSpec",
+    "NCRConfig",
+    "NCRMethod",
     "NPCConfig",
     "NPCMethod",
     "OSAConfig",

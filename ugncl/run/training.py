@@ -433,6 +433,7 @@ def _train(
             test=test_split,
             score=method.retrieval_score,
             unit_scores=method.reads_unit_scores,
+            models=method.evaluation_models,
             batch_size=config.train.eval_batch_size,
             memory_budget_bytes=config.eval.memory_budget_mb * 2**20,
         )

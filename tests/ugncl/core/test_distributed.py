@@ -243,3 +243,20 @@ def test_two_ranks_train_on_the_prefilter_selection_of_rank_0(
     assert kept["one"] == kept["two"] and 16 <= kept["two"]["selected"] < 240
     steps = [r["step"] for r in read_metrics(tmp_path / "two") if r["event"] == "train"]
     assert steps[-1] == kept["two"]["selected"] // 16 + 240 // 16
+
+
+def test_ncr_two_ranks_train_like_one_process(
+    one_process, tiny_world: Path, tmp_path: Path
+) -> None:
+    """NCR's second network trains under DDP like the first: the same losses, co-divisions,
+    validation and test (both networks averaged) as one process."""
+    args = ["method.name=ncr", "train.warmup_epochs=1", "train.epochs=1"]
+    assert one_process(overrides(tiny_world, tmp_path, "one", "ncr_synthetic", *args)) == 0
+    ok(launch(2, ["--meanpool"], overrides(tiny_world, tmp_path, "two", "ncr_synthetic", *args)))
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+
+    def divisions(run: Path) -> list:
+        return [(r["n_clean"], r["b_n_clean"]) for r in read_metrics(run)
+                if r["event"] == "noise_detection"]  # fmt: skip
+
+    assert divisions(tmp_path / "one") == divisions(tmp_path / "two") != []

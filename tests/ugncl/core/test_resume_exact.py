@@ -22,7 +22,7 @@ def _overrides(tiny_world: Path, out: Path, name: str, method: str) -> list[str]
         "sdd": ["method.sdd.thresholds=auto", "method.sdd.pass_batch_size=32"],
         "osa": ["method.osa.logit_scale=10.0", "method.osa.pass_batch_size=32"],
     }.get(method, [])
-    if method in ("ugncl", "triplet", "decl"):  # SGRAF methods: the CPU-sized SGRAF model
+    if method in ("ugncl", "triplet", "decl", "ncr"):  # SGRAF methods: the CPU-sized SGRAF model
         extra += ["model.backbone=sgraf", *TINY_MODEL]
     if method == "decl":  # one network
         extra.append("model.sgraf.num_views=1")
@@ -79,7 +79,7 @@ def _tensors(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["npc", "sdd", "osa", "ugncl", "triplet", "decl"])
+@pytest.mark.parametrize("method", ["npc", "sdd", "osa", "ugncl", "triplet", "decl", "ncr"])
 def test_resume_after_a_kill_in_epoch_1_is_bit_exact(
     meanpool, tiny_world: Path, tmp_path: Path, monkeypatch, method: str
 ) -> None:

@@ -35,7 +35,7 @@ def ctx(warmup: bool, epoch: int = 0) -> StepContext:
 
 
 def test_registry_names_every_method() -> None:
-    assert set(METHODS) == {"triplet", "ugncl", "infonce", "npc", "sdd", "osa", "decl"}
+    assert set(METHODS) == {"triplet", "ugncl", "infonce", "npc", "sdd", "osa", "decl", "ncr"}
 
 
 def test_triplet_uses_all_negatives_only_in_warmup() -> None:

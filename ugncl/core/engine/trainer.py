@@ -425,6 +425,9 @@ class Trainer:
         path = distributed.on_main(lambda: checkpoint_for_test(self.run_dir / "checkpoints"))
         state = load_checkpoint(path, map_location=self.device)
         self.model.load_state_dict(state["model"])
+        # The method's modules of the same epoch: a method that evaluates with more than the
+        # model (Method.evaluation_models, e.g. a second co-trained network) tests them too.
+        self.method.load_state_dict(state["method_state"])
         epoch = int(state["epoch"]) - 1
         logger.info("testing %s (weights of epoch %d)", path, epoch)
         return self.evaluate("test", epoch, checkpoint=str(path))
