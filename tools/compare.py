@@ -60,14 +60,15 @@ from ugncl.core.engine.recorder import read_metrics, setup_logging
 from ugncl.run.cli import check_writable, cli_main
 from ugncl.run.compare import (
     FORMATS,
-    add_cost_ratio,
-    check_same_noise,
+    CompareError,
     format_table,
     mean_row,
+    prepare_rows,
     read_run,
     run_labels,
     train_or_resume,
 )
+from ugncl.run.compare_claims import load_query_hits
 from ugncl.run.config import load_config
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
@@ -81,12 +82,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cfg", nargs="+", help="configs to train and compare (grid mode)")
     parser.add_argument(
         "--plan",
-        choices=("default", "full"),
+        choices=("quick", "default", "full"),
         default=None,
-        help="the embedded comparison: every method x backbone at each noise ratio, as "
-        "subprocesses, then the report folder (default: 20/50%% noise, 2 seeds, 500 train "
-        "images, CLIP 2 epochs; full: 20/50/80%%, 3 seeds, 1000 images, CLIP 3 epochs, "
-        "InfoNCE on SGRAF)",
+        help="the embedded comparison: the controls and every registered method on both "
+        "backbones, as subprocesses, then the report folder (quick: 50%% noise, 1 seed, 300 "
+        "train images, SGRAF 4 epochs, CLIP 1; default: 50%%, 3 seeds, 500 images, SGRAF 10 "
+        "epochs, CLIP 2; full: 20/50/80%%, 3 seeds, 1000 images, SGRAF 20, CLIP 3, InfoNCE on "
+        "SGRAF)",
+    )
+    parser.add_argument(
+        "--estimate",
+        type=float,
+        default=None,
+        metavar="STEP_SECONDS",
+        help="with --plan: print the plan's estimated wall time for this reference step time "
+        "(tools/bench.py method-steps --methods ugncl --steps 30 --threads 1) and exit",
+    )
+    parser.add_argument(
+        "--skip-failed",
+        action="store_true",
+        help="over run folders: leave out (with a warning) a folder that is not a finished "
+        "run, instead of stopping at it",
     )
     parser.add_argument(
         "--world",
@@ -107,7 +123,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="seeds (grid default 0; --plan: the plan's, 0 1 or 0 1 2 with full)",
     )
-    parser.add_argument("--out", default="runs/compare", help="grid folder (default runs/compare)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="grid or plan folder (default runs/compare); over run folders: write the report "
+        "(compare.md/.csv/.json and the plots) there",
+    )
     parser.add_argument(
         "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
         help="overrides for every grid run, e.g. --set data.train_images=400 train.epochs=2 "
@@ -119,6 +140,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.seeds = [0]
     if (bool(args.runs) + bool(args.cfg) + bool(args.plan)) != 1:
         parser.error("pass run directories to read, --cfg CONFIG [...] to train a grid, or --plan")
+    if args.estimate is not None and (not args.plan or not args.estimate > 0):
+        parser.error("--estimate STEP_SECONDS needs --plan and a positive number of seconds")
+    if args.out is None and not args.runs:
+        args.out = "runs/compare"
     return args
 
 
@@ -178,16 +203,33 @@ def ensure_world(options: str) -> tuple[Path, Path | None]:
     return root, weights
 
 
+def print_estimate(args: argparse.Namespace) -> int:
+    """The plan's estimated wall time (:func:`ugncl.run.compare_grid.estimate_seconds`) for
+    the reference step time ``--estimate``, with the CLIP track as if the world had it."""
+    from ugncl.run.compare_grid import PLANS, default_plan, estimate_seconds
+
+    size = PLANS[args.plan]
+    if args.seeds:
+        size = dataclasses.replace(size, seeds=tuple(args.seeds))
+    cells = default_plan(world_root(args.world), "clip.pt", size)
+    seconds = estimate_seconds(cells, args.estimate, args.jobs)
+    print(f"plan {args.plan}: {len(cells)} cells, about {seconds / 60:.0f} min with "
+          f"--jobs {args.jobs} at a reference step of {args.estimate} s (training only: the "
+          "world and the CLIP stand-in are written once, before)")  # fmt: skip
+    return 0
+
+
 def run_plan_and_report(args: argparse.Namespace) -> int:
-    from ugncl.run.compare_grid import DEFAULT as DEFAULT_PLAN
-    from ugncl.run.compare_grid import FULL, cell_state, default_plan, plan_rows, run_plan
+    from ugncl.run.compare_grid import PLANS, cell_state, default_plan, plan_rows, run_plan
     from ugncl.run.compare_report import write_report
 
+    if args.estimate is not None:
+        return print_estimate(args)
     world, weights = ensure_world(args.world)
     if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name
-        args.out += "-full" if args.plan == "full" else ""
+        args.out += "" if args.plan == "default" else f"-{args.plan}"
         args.out += f"-{world.name}" if args.world else ""
-    size = FULL if args.plan == "full" else DEFAULT_PLAN
+    size = PLANS[args.plan]
     if args.seeds:
         size = dataclasses.replace(size, seeds=tuple(args.seeds))
     cells = default_plan(world, weights, size)
@@ -196,10 +238,16 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     if args.report_only:
         status = {c.name: "done" if cell_state(Path(args.out), c) == "done" else "not run"
                   for c in cells}  # fmt: skip
+        if "done" not in status.values():
+            raise CompareError(
+                f"no cell of the {args.plan} plan has finished in {args.out}: run "
+                f"`python tools/compare.py --plan {args.plan}` (without --report-only) first"
+            )
     else:
         status = run_plan(cells, args.out, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
     rows = plan_rows(cells, args.out)
     records = {r["run"]: read_metrics(Path(args.out) / r["run"]) for r in rows}
+    hits = {r["run"]: load_query_hits(Path(args.out) / r["run"]) for r in rows}
     failed = [f"- {name}: {what}" for name, what in status.items() if what != "done"]
     notes = [
         f"`python tools/compare.py --plan {args.plan} --jobs {args.jobs}"
@@ -216,7 +264,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         *(["", "Cells that did not finish:", *failed] if failed else []),
     ]
     title = "Noisy-correspondence methods on " + ("both backbones" if weights else "SGRAF")
-    paths = write_report(args.out, rows, records, title=title, notes=notes)
+    paths = write_report(args.out, rows, records, title=title, notes=notes, hits=hits)
     print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 1 if failed else 0
@@ -240,14 +288,50 @@ def main(argv: list[str] | None = None) -> int:
             )
         for path in files:
             print(f"skipping {path}: a file, not a run directory", file=sys.stderr)
-        rows = [read_run(path, label) for path, label in zip(dirs, run_labels(dirs))]
-    check_same_noise(rows)
-    add_cost_ratio(rows)
+        rows = read_runs(dirs, skip_failed=args.skip_failed)
+        if args.out is not None:
+            return write_folder_report(args, rows)
+    prepare_rows(rows)
     table = format_table(rows, args.format)
     if args.cfg:
         out = Path(args.out) / f"compare.{SUFFIX[args.format]}"
         out.write_text(table + "\n", encoding="utf-8")
     print(table)
+    return 0
+
+
+def read_runs(dirs: list[str], *, skip_failed: bool) -> list[dict]:
+    """The rows of ``dirs``; with ``skip_failed`` a folder that is not a finished run is left
+    out with a warning naming it (else its error stops the table)."""
+    rows = []
+    for path, label in zip(dirs, run_labels(dirs)):
+        try:
+            row = read_run(path, label)
+        except CompareError as err:
+            if not skip_failed:
+                raise CompareError(f"{err} (or pass --skip-failed to leave it out)") from err
+            print(f"warning: skipping {path}: {err}", file=sys.stderr)
+            continue
+        row["run_dir"] = str(path)
+        rows.append(row)
+    if not rows:
+        raise CompareError("no finished run among the folders given (every one was skipped)")
+    return rows
+
+
+def write_folder_report(args: argparse.Namespace, rows: list[dict]) -> int:
+    """Run folders with ``--out``: the report folder (tables, claims, plots) and the table."""
+    from ugncl.run.compare_report import write_report
+
+    out = Path(args.out)
+    check_writable(out / "compare.md", "--out report")
+    records = {r["run"]: read_metrics(Path(r["run_dir"])) for r in rows}
+    hits = {r["run"]: load_query_hits(r["run_dir"]) for r in rows}
+    notes = [f"{len(rows)} run folders: " + ", ".join(f"`{r['run']}`" for r in rows) + "."]
+    paths = write_report(out, rows, records, title="Comparison of run folders", notes=notes,
+                         hits=hits)  # fmt: skip
+    print(format_table(rows, args.format))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
 
 

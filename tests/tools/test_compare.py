@@ -135,9 +135,11 @@ def test_markdown_and_json(compare, runs, capsys) -> None:
     assert lines[0].startswith("| run") and "test rSum" in lines[0] and "weight AUC" in lines[0]
     assert set(lines[1]) <= set("|-: ")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert cells[6] == "2" and cells[7] == "123.4" and cells[12] == "0.720"
-    assert cells[13:17] == ["40", "0.90", "60", "0.20"] and cells[17] == "" and cells[18] == "60"
-    assert cells[11] == "0"  # epochs with a train record (the fixture writes none)
+    assert cells[3] == "sgr"  # SGRAF's head: SGR unless the config names SAF
+    assert cells[7] == "2" and cells[8] == "123.4" and cells[14] == "0.720"
+    assert cells[15:19] == ["40", "0.90", "60", "0.20"] and cells[19] == "" and cells[20] == "60"
+    assert cells[12] == "0"  # epochs with a train record (the fixture writes none)
+    assert cells[13] == "40"  # the optimiser steps: the test record's step
     assert compare([str(runs["osa"]), "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["run"] == "osa-run" and row["weight_auc"] == 0.9 and row["noisy_f1"] is None
