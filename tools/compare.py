@@ -225,7 +225,12 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
 
     if args.estimate is not None:
         return print_estimate(args)
-    world, weights = ensure_world(args.world)
+    if args.report_only:  # nothing to train: no world is written
+        world = world_root(args.world)
+        stand_in = world / "clip" / "ugncl-tiny-pretrained.pt"
+        weights = stand_in if (world / "synthetic_clip").is_dir() else None
+    else:
+        world, weights = ensure_world(args.world)
     if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name
         args.out += "" if args.plan == "default" else f"-{args.plan}"
         args.out += f"-{world.name}" if args.world else ""

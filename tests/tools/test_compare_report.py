@@ -104,6 +104,10 @@ def test_report_from_fixture_runs(fixture_runs, tool, capsys) -> None:
     assert ugncl["cost_ratio"] == pytest.approx(2.0)  # 20 s/epoch over triplet's 10
     md = (root / "compare.md").read_text()
     assert "150.5 ± 0.7" in md and SHA_A[:12] in md and "rsum_vs_noise.png" in md
+    # computed sentences: UGNCL 50 above the plain triplet on both seeds (no per-query files)
+    assert "`ugncl` is 50.0 rSum above `triplet`, every seed (per seed +50.0, +50.0" in md
+    assert "## What drives the gain" in md and "- `ugncl`: +50.0 rSum over `triplet`" in md
+    assert "every row trains 9 optimiser steps" in md
 
     # the documented glob catches compare.md and the plots: files are skipped
     capsys.readouterr()
