@@ -28,13 +28,19 @@ sha256 (short): rows of one noise ratio and seed trained on different files are 
 Arguments that are files (``compare.md`` and the plots, caught by ``runs/compare/*``) are
 skipped.
 
-The embedded comparison (``make compare``): every method on both backbones at 20% and 50%
-noise and each backbone's plain baseline at 0%, two seeds, each run a ``tools/train.py``
-subprocess (``--jobs`` at a time; a rerun resumes where it stopped), then the report folder
-(compare.md, compare.csv, compare.json, rsum_vs_noise.png, detection.png, weights.png)::
+Over run folders, ``--out FOLDER`` also writes the report folder (tables, computed claims,
+plots), and ``--skip-failed`` leaves out (with a warning) a folder that is not a finished run.
+
+The embedded comparison (``make compare``): the controls and every registered method on both
+backbones (docs/comparison.md), one optimiser-step budget per backbone, three seeds, each run a
+``tools/train.py`` subprocess (``--jobs`` at a time; a rerun resumes where it stopped), then
+the report folder (compare.md with the computed claims, compare.csv, compare.json,
+rsum_vs_noise.png, detection.png, weights.png)::
 
     python tools/compare.py --plan default --jobs 2 --out runs/compare
+    python tools/compare.py --plan quick --jobs 2          # runs/compare-quick: a first look
     python tools/compare.py --plan full --jobs 2 --out runs/compare-full
+    python tools/compare.py --plan default --estimate 0.16  # the estimated wall time
     python tools/compare.py --plan default --world "--seed 7 --attribute-sharing 0.3"
 
 ``--world`` takes tools/make_synthetic.py's options; that world is written once to
@@ -97,6 +103,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="STEP_SECONDS",
         help="with --plan: print the plan's estimated wall time for this reference step time "
         "(tools/bench.py method-steps --methods ugncl --steps 30 --threads 1) and exit",
+    )
+    parser.add_argument(
+        "--write-results",
+        action="store_true",
+        help="with --plan: afterwards write the README's and docs/comparison.md's result "
+        "blocks from the report (tools/write_results.py --compare OUT; what make compare does)",
     )
     parser.add_argument(
         "--skip-failed",
@@ -272,6 +284,11 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     paths = write_report(args.out, rows, records, title=title, notes=notes, hits=hits)
     print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if args.write_results:
+        writer = Path(__file__).resolve().parent / "write_results.py"
+        rc = subprocess.run([sys.executable, str(writer), "--compare", str(args.out)]).returncode
+        if rc:
+            return rc
     return 1 if failed else 0
 
 
