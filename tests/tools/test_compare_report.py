@@ -292,3 +292,22 @@ def test_ensure_world_without_a_clip_view_skips_the_stand_in(tool, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     world, weights = tool("compare").ensure_world(options)
     assert weights is None and world == expected
+
+
+def test_budget_section_names_step_and_setting_departures() -> None:
+    from ugncl.run.compare_report import budget_markdown
+
+    def row(variant, steps, optimizer="adam", reading=None, plain=False):
+        return {"backbone": "sgraf", "variant": variant, "steps": steps, "plain": plain,
+                "noise_ratio": 0.5, "optimizer": optimizer, "lr": 1e-3, "weight_decay": 0.0,
+                "image_decay_per_rms": None, "batch_size": 32, "reading": reading}  # fmt: skip
+
+    rows = [row("hinge", 100, plain=True), row("ugncl-paper", 100, "adamw", "paper"),
+            row("npc", 80, "adamw")]  # fmt: skip
+    text = "\n".join(budget_markdown(rows))
+    assert "the rows differ in optimiser steps (100: hinge, ugncl-paper; 80: npc)" in text
+    assert "shared settings (`hinge`): optimizer adam, lr 0.001" in text
+    assert "departs: `ugncl-paper` (its paper reading): optimizer adamw" in text
+    assert "departs: `npc` (the config): optimizer adamw" in text
+    rows[2]["steps"] = 100
+    assert "every row trains 100 optimiser steps" in "\n".join(budget_markdown(rows))
