@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="the embedded comparison: the controls and every registered method on both "
         "backbones, as subprocesses, then the report folder (quick: 50%% noise, 1 seed, 300 "
-        "train images, SGRAF 4 epochs, CLIP 1; default: 50%%, 3 seeds, 500 images, SGRAF 10 "
+        "train images, SGRAF 4 epochs, CLIP 1; default: 50%%, 3 seeds, 400 images, SGRAF 8 "
         "epochs, CLIP 2; full: 20/50/80%%, 3 seeds, 1000 images, SGRAF 20, CLIP 3, InfoNCE on "
         "SGRAF)",
     )
@@ -229,8 +229,8 @@ def print_estimate(args: argparse.Namespace) -> int:
     cells = default_plan(world_root(args.world), "clip.pt", size)
     seconds = estimate_seconds(cells, args.estimate, args.jobs)
     print(f"plan {args.plan}: {len(cells)} cells, about {seconds / 60:.0f} min with "
-          f"--jobs {args.jobs} at a reference step of {args.estimate} s (training only: the "
-          "world and the CLIP stand-in are written once, before)")  # fmt: skip
+          f"--jobs {args.jobs} at a reference step of {args.estimate} s (the world and the CLIP "
+          "stand-in, written once before the first plan, not included)")  # fmt: skip
     return 0
 
 
