@@ -102,7 +102,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("variant", "variant"),
 )
 #: Each backbone's plain baseline: the denominator of ``cost_ratio``.
-PLAIN_BASELINE = {"sgraf": "triplet", "clip": "clip"}
+#: (CLIP's InfoNCE method under both of its names, ``clip`` and ``infonce``.)
+PLAIN_BASELINE: dict[str, tuple[str, ...]] = {"sgraf": ("triplet",), "clip": ("clip", "infonce")}
 #: Characters of the noise file's sha256 shown in tables (the full one is in the run's setup).
 SHA_CHARS = 12
 # Keys of UGNCL's division record behind the hard-set columns.
@@ -404,8 +405,8 @@ def add_cost_ratio(rows: Sequence[dict[str, Any]]) -> None:
     for row in rows:
         if str(row.get("seed", "")).startswith("mean") or row.get("s_per_epoch") is None:
             continue
-        plain = PLAIN_BASELINE.get(str(row.get("backbone")))
-        if row.get("plain") if flagged else (plain and row.get("method") == plain):
+        plain = PLAIN_BASELINE.get(str(row.get("backbone")), ())
+        if row.get("plain") if flagged else row.get("method") in plain:
             base.setdefault(str(row["backbone"]), []).append(float(row["s_per_epoch"]))
     for row in rows:
         times = base.get(str(row.get("backbone")))

@@ -139,7 +139,7 @@ def _plain_variants(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
             out.setdefault(str(row["backbone"]), str(row.get("variant")))
     for row in rows:
         backbone = str(row.get("backbone"))
-        if backbone not in out and row.get("method") == PLAIN_BASELINE.get(backbone):
+        if backbone not in out and row.get("method") in PLAIN_BASELINE.get(backbone, ()):
             out[backbone] = str(row.get("variant") or row.get("method"))
     return out
 
