@@ -181,7 +181,12 @@ def test_default_plan_controls_one_split_and_one_budget() -> None:
     key = "prefilter.kind" if with_pf else "method.ugncl.seed"
     assert (on[key], off[key]) == ("linear", "none")
     assert on["train.optimizer"] == "adam" and on["train.weight_decay"] == "0.0"
-    assert _sets(by_name["sgraf-oracle-n50-s0"])["method.triplet.train_pairs"] == "clean"
+    oracle = _sets(by_name["sgraf-oracle-n50-s0"])
+    assert oracle["method.triplet.train_pairs"] == "clean"
+    # the hinge family over all negatives, the pre-filter's epochs after the same warm-up
+    hinge = _sets(by_name["sgraf-hinge-n50-s0"])
+    assert hinge["method.triplet.max_violation"] == "false"
+    assert hinge["train.warmup_epochs"] == off["train.warmup_epochs"] == "2"
     assert [c.name for c in cells if c.plain and c.noise_ratio > 0 and c.seed == 0] == [
         "sgraf-hinge-n50-s0", "clip-finetune-n50-s0"
     ]  # fmt: skip

@@ -219,6 +219,7 @@ class RowSpec:
     plain: bool = False
     needs: tuple[str, ...] = ()
     noisy: bool = True  # False: trained at 0% noise (the clean reference)
+    hinge: bool = False  # the hinge family's schedule (:func:`budget_sets`)
 
 
 def _shared(backbone: str, method: str, reading: str | None) -> tuple[str, ...]:
@@ -248,11 +249,13 @@ def sgraf_rows(size: PlanSize, clip_weights: str | Path | None) -> list[RowSpec]
     keys = known_keys()
     hinge = ("method.name=triplet", *_shared("sgraf", "triplet", None))
     pf_on, pf_need = _prefilter("triplet", True, keys)
+    oracle = (*hinge, "method.triplet.train_pairs=clean")
+    family = {"config": "clean_synthetic", "hinge": True}
     rows = [
-        RowSpec("sgraf", "clean", "clean_synthetic", hinge, noisy=False),
-        RowSpec("sgraf", "oracle", "clean_synthetic", (*hinge, "method.triplet.train_pairs=clean")),
-        RowSpec("sgraf", "hinge", "clean_synthetic", hinge, plain=True),
-        RowSpec("sgraf", "hinge+pf", "clean_synthetic", (*hinge, *pf_on), needs=pf_need),
+        RowSpec("sgraf", "clean", sets=hinge, noisy=False, **family),
+        RowSpec("sgraf", "oracle", sets=oracle, **family),
+        RowSpec("sgraf", "hinge", sets=hinge, plain=True, **family),
+        RowSpec("sgraf", "hinge+pf", sets=(*hinge, *pf_on), needs=pf_need, **family),
     ]
     for name in METHODS:
         if name in BASELINE_METHODS["sgraf"] or name in REFUSED.get("sgraf", ()):
@@ -320,11 +323,14 @@ def clip_rows(clip_weights: str | Path) -> list[RowSpec]:
 def budget_sets(row: RowSpec, size: PlanSize) -> tuple[str, ...]:
     """The schedule of ``row`` in the plan's epoch budget (a warm start's epochs counted).
 
-    SGRAF: the hinge family trains all but the last epoch over all negatives (the
-    trainer's warm-up) and the last on the hardest (clean_synthetic's order); a warm-started
-    row its epochs after the shared warm start; UGNCL 2 warm-up epochs, then the rest, lr x 0.1
-    for the last; any other method 2 warm-up epochs (its own) and the rest. CLIP: every row
-    the same epochs, no warm-up.
+    SGRAF: the hinge family (the clean reference, the oracle, the hinge with and without the
+    pre-filter) trains over all negatives throughout, 2 warm-up epochs and the rest with
+    ``max_violation`` off, so that the pre-filter, which acts on the epochs after the warm-up,
+    has the same epochs on the hinge as on UGNCL (clean_synthetic's last hardest-negative epoch
+    is left out: it would be the only epoch the pre-filter saw there); a warm-started row its
+    epochs after the shared warm start; UGNCL 2 warm-up epochs, then the rest, lr x 0.1 for the
+    last; any other method 2 warm-up epochs (its own) and the rest. CLIP: every row the same
+    epochs, no warm-up.
     """
     if row.backbone == "clip":
         return (f"train.epochs={size.clip_epochs}", "train.warmup_epochs=0")
@@ -334,8 +340,9 @@ def budget_sets(row: RowSpec, size: PlanSize) -> tuple[str, ...]:
     if row.warm:
         return ("train.warmup_epochs=0", f"train.epochs={total - warm}",
                 f"model.sgraf.init={START}")  # fmt: skip
-    if row.config == "clean_synthetic":
-        return (f"train.warmup_epochs={total - 1}", "train.epochs=1")
+    if row.hinge:
+        return (f"train.warmup_epochs={warm}", f"train.epochs={total - warm}",
+                "method.triplet.max_violation=false")  # fmt: skip
     if row.config.startswith("ugncl"):
         return (f"train.warmup_epochs={warm}", f"train.epochs={total - warm}",
                 f"train.lr_update={total - warm - 1}")  # fmt: skip
