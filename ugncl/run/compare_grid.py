@@ -291,9 +291,19 @@ def sgraf_rows(size: PlanSize, clip_weights: str | Path | None) -> list[RowSpec]
 
 
 def _sgraf_config(name: str) -> bool:
-    """Whether ``configs/<name>.yaml`` trains the SGRAF backbone (its text names no other)."""
-    text = (CONFIGS / f"{name}.yaml").read_text(encoding="utf-8")
-    return "backbone: clip" not in text
+    """Whether ``configs/<name>.yaml`` trains the SGRAF backbone (its resolved config, bases
+    included)."""
+    return _config_backbone(name) == "sgraf"
+
+
+def _config_backbone(name: str) -> str | None:
+    """The backbone ``configs/<name>.yaml`` resolves to (None where it does not load)."""
+    from ugncl.run.config import ConfigError, load_config
+
+    try:
+        return str(load_config(name)[0].model.backbone)
+    except (ConfigError, ValueError):
+        return None
 
 
 def clip_rows(clip_weights: str | Path) -> list[RowSpec]:
@@ -311,7 +321,7 @@ def clip_rows(clip_weights: str | Path) -> list[RowSpec]:
             continue
         reading = method_reading(name)
         own = f"{name}_synthetic"
-        config = own if _has_config(own) and not _sgraf_config(own) else "clip_synthetic"
+        config = own if _has_config(own) and _config_backbone(own) == "clip" else "clip_synthetic"
         sets = (*view, f"method.name={name}", *_reading_sets(name, reading),
                 *_shared("clip", name, reading))  # fmt: skip
         if name == "osa":
