@@ -198,7 +198,9 @@ def gain_lines(
         pf = _mean(rsums[base_pf], seeds) - _mean(rsums[plain], seeds) if uses_pf else 0.0
         method = lift - pf
         share = (
-            f" ({100 * pf / lift:.0f}% / {100 * method / lift:.0f}%)" if abs(lift) > 1e-9 else ""
+            f" ({100 * pf / lift + 0.0:.0f}% / {100 * method / lift:.0f}%)"
+            if abs(lift) > 1e-9
+            else ""
         )
         pf_text = (
             f"the pre-filter {pf:+.1f} (`{base_pf}` - `{plain}`)"
