@@ -23,15 +23,19 @@ $(STAMP): setup.py constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]" $(PIP_QUIET)
 	touch $(STAMP)
 
+# The demo's table goes to the README's demo block (tools/write_results.py, from its records).
 demo: $(STAMP)
-	$(PY) tools/demo.py --jobs 2 --threads 1
+	$(PY) tools/demo.py --jobs 2 --threads 1 --write-results
 
-# Every method on both backbones, one noisy split, one report folder (runs/compare/: compare.md,
-# .csv, .json and PNG plots). FULL=1: 3 seeds, 80% noise too, the CLIP track at full size.
-# WORLD="--generator counting": another world (tools/make_synthetic.py options), its own folder
-# runs/compare-<hash of the options>; a world without rendered images: the SGRAF track only.
+# The controls and every registered method on both backbones, one noisy split, one step budget
+# per backbone, three seeds; the report folder (runs/compare/: compare.md with the computed
+# claims, .csv, .json and PNG plots), then the README's and docs/comparison.md's result blocks.
+# A rerun resumes. QUICK=1: one seed on a smaller world (runs/compare-quick/); FULL=1: 20/50/80%
+# noise, 1000 images (runs/compare-full/). WORLD="--generator counting": another world
+# (tools/make_synthetic.py options), its own folder; without rendered images: SGRAF only.
 compare: $(STAMP)
-	$(PY) tools/compare.py --plan $(if $(FULL),full,default) --jobs 2 $(if $(WORLD),--world="$(WORLD)")
+	$(PY) tools/compare.py --plan $(if $(FULL),full,$(if $(QUICK),quick,default)) --jobs 2 \
+		--write-results $(if $(WORLD),--world="$(WORLD)")
 
 # pytest's exit code 5 (no test collected) passes through as 5, which .ci/run reports.
 test: $(STAMP)

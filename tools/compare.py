@@ -19,22 +19,31 @@ folder, ``s0t1/ugncl_synthetic``)::
 
     python tools/compare.py runs/grid/*/ugncl_synthetic
 
-Columns: run, method, backbone, dataset, noise ratio, seed, CPU threads, test rSum, i2t/t2i
-R@1, the epoch of the tested weights, the last epoch's noise-detection F1, UGNCL's hard sets
+Columns: run, method, backbone, SGRAF head (sgr/saf), dataset, noise ratio, seed, CPU threads,
+test rSum, i2t/t2i R@1, the epoch of the tested weights, epochs and optimiser steps trained,
+the last epoch's noise-detection F1, UGNCL's hard sets
 (size and true-clean share) and weight AUC (blank where the method records none), training
 wall time in seconds (from the records' timestamps), seconds per epoch and their ratio to the
 backbone's plain baseline (triplet on SGRAF, clip on CLIP) among the rows, and the noise file's
-sha256 (short): rows of one noise ratio and seed trained on different files are refused.
+sha256 (short): rows of one noise ratio and seed trained on different files are refused (a
+noise-file run is grouped by its measured noisy share, joined to a configured ratio within
+0.03, so a file never escapes the check by its ratio).
 Arguments that are files (``compare.md`` and the plots, caught by ``runs/compare/*``) are
 skipped.
 
-The embedded comparison (``make compare``): every method on both backbones at 20% and 50%
-noise and each backbone's plain baseline at 0%, two seeds, each run a ``tools/train.py``
-subprocess (``--jobs`` at a time; a rerun resumes where it stopped), then the report folder
-(compare.md, compare.csv, compare.json, rsum_vs_noise.png, detection.png, weights.png)::
+Over run folders, ``--out FOLDER`` also writes the report folder (tables, computed claims,
+plots), and ``--skip-failed`` leaves out (with a warning) a folder that is not a finished run.
+
+The embedded comparison (``make compare``): the controls and every registered method on both
+backbones (docs/comparison.md), one optimiser-step budget per backbone, three seeds, each run a
+``tools/train.py`` subprocess (``--jobs`` at a time; a rerun resumes where it stopped), then
+the report folder (compare.md with the computed claims, compare.csv, compare.json,
+rsum_vs_noise.png, detection.png, weights.png)::
 
     python tools/compare.py --plan default --jobs 2 --out runs/compare
+    python tools/compare.py --plan quick --jobs 2          # runs/compare-quick: a first look
     python tools/compare.py --plan full --jobs 2 --out runs/compare-full
+    python tools/compare.py --plan default --estimate 0.16  # the estimated wall time
     python tools/compare.py --plan default --world "--seed 7 --attribute-sharing 0.3"
 
 ``--world`` takes tools/make_synthetic.py's options; that world is written once to
@@ -60,14 +69,15 @@ from ugncl.core.engine.recorder import read_metrics, setup_logging
 from ugncl.run.cli import check_writable, cli_main
 from ugncl.run.compare import (
     FORMATS,
-    add_cost_ratio,
-    check_same_noise,
+    CompareError,
     format_table,
     mean_row,
+    prepare_rows,
     read_run,
     run_labels,
     train_or_resume,
 )
+from ugncl.run.compare_claims import load_query_hits
 from ugncl.run.config import load_config
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
@@ -81,12 +91,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cfg", nargs="+", help="configs to train and compare (grid mode)")
     parser.add_argument(
         "--plan",
-        choices=("default", "full"),
+        choices=("quick", "default", "full"),
         default=None,
-        help="the embedded comparison: every method x backbone at each noise ratio, as "
-        "subprocesses, then the report folder (default: 20/50%% noise, 2 seeds, 500 train "
-        "images, CLIP 2 epochs; full: 20/50/80%%, 3 seeds, 1000 images, CLIP 3 epochs, "
-        "InfoNCE on SGRAF)",
+        help="the embedded comparison: the controls and every registered method on both "
+        "backbones, as subprocesses, then the report folder (quick: 50%% noise, 1 seed, 300 "
+        "train images, SGRAF 4 epochs, CLIP 1; default: 50%%, 3 seeds, 400 images, SGRAF 8 "
+        "epochs, CLIP 2; full: 20/50/80%%, 3 seeds, 1000 images, SGRAF 20, CLIP 3, InfoNCE on "
+        "SGRAF)",
+    )
+    parser.add_argument(
+        "--estimate",
+        type=float,
+        default=None,
+        metavar="STEP_SECONDS",
+        help="with --plan: print the plan's estimated wall time for this reference step time "
+        "(tools/bench.py method-steps --methods ugncl --steps 30 --threads 1) and exit",
+    )
+    parser.add_argument(
+        "--write-results",
+        action="store_true",
+        help="with --plan: afterwards write the README's and docs/comparison.md's result "
+        "blocks from the report (tools/write_results.py --compare OUT; what make compare does)",
+    )
+    parser.add_argument(
+        "--skip-failed",
+        action="store_true",
+        help="over run folders: leave out (with a warning) a folder that is not a finished "
+        "run, instead of stopping at it",
     )
     parser.add_argument(
         "--world",
@@ -107,7 +138,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="seeds (grid default 0; --plan: the plan's, 0 1 or 0 1 2 with full)",
     )
-    parser.add_argument("--out", default="runs/compare", help="grid folder (default runs/compare)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="grid or plan folder (default runs/compare); over run folders: write the report "
+        "(compare.md/.csv/.json and the plots) there",
+    )
     parser.add_argument(
         "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
         help="overrides for every grid run, e.g. --set data.train_images=400 train.epochs=2 "
@@ -119,6 +155,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.seeds = [0]
     if (bool(args.runs) + bool(args.cfg) + bool(args.plan)) != 1:
         parser.error("pass run directories to read, --cfg CONFIG [...] to train a grid, or --plan")
+    if args.estimate is not None and (not args.plan or not args.estimate > 0):
+        parser.error("--estimate STEP_SECONDS needs --plan and a positive number of seconds")
+    if args.out is None and not args.runs:
+        args.out = "runs/compare"
     return args
 
 
@@ -178,16 +218,38 @@ def ensure_world(options: str) -> tuple[Path, Path | None]:
     return root, weights
 
 
+def print_estimate(args: argparse.Namespace) -> int:
+    """The plan's estimated wall time (:func:`ugncl.run.compare_grid.estimate_seconds`) for
+    the reference step time ``--estimate``, with the CLIP track as if the world had it."""
+    from ugncl.run.compare_grid import PLANS, default_plan, estimate_seconds
+
+    size = PLANS[args.plan]
+    if args.seeds:
+        size = dataclasses.replace(size, seeds=tuple(args.seeds))
+    cells = default_plan(world_root(args.world), "clip.pt", size)
+    seconds = estimate_seconds(cells, args.estimate, args.jobs)
+    print(f"plan {args.plan}: {len(cells)} cells, about {seconds / 60:.0f} min with "
+          f"--jobs {args.jobs} at a reference step of {args.estimate} s (the world and the CLIP "
+          "stand-in, written once before the first plan, not included)")  # fmt: skip
+    return 0
+
+
 def run_plan_and_report(args: argparse.Namespace) -> int:
-    from ugncl.run.compare_grid import DEFAULT as DEFAULT_PLAN
-    from ugncl.run.compare_grid import FULL, cell_state, default_plan, plan_rows, run_plan
+    from ugncl.run.compare_grid import PLANS, cell_state, default_plan, plan_rows, run_plan
     from ugncl.run.compare_report import write_report
 
-    world, weights = ensure_world(args.world)
+    if args.estimate is not None:
+        return print_estimate(args)
+    if args.report_only:  # nothing to train: no world is written
+        world = world_root(args.world)
+        stand_in = world / "clip" / "ugncl-tiny-pretrained.pt"
+        weights = stand_in if (world / "synthetic_clip").is_dir() else None
+    else:
+        world, weights = ensure_world(args.world)
     if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name
-        args.out += "-full" if args.plan == "full" else ""
+        args.out += "" if args.plan == "default" else f"-{args.plan}"
         args.out += f"-{world.name}" if args.world else ""
-    size = FULL if args.plan == "full" else DEFAULT_PLAN
+    size = PLANS[args.plan]
     if args.seeds:
         size = dataclasses.replace(size, seeds=tuple(args.seeds))
     cells = default_plan(world, weights, size)
@@ -196,10 +258,16 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     if args.report_only:
         status = {c.name: "done" if cell_state(Path(args.out), c) == "done" else "not run"
                   for c in cells}  # fmt: skip
+        if "done" not in status.values():
+            raise CompareError(
+                f"no cell of the {args.plan} plan has finished in {args.out}: run "
+                f"`python tools/compare.py --plan {args.plan}` (without --report-only) first"
+            )
     else:
         status = run_plan(cells, args.out, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
     rows = plan_rows(cells, args.out)
     records = {r["run"]: read_metrics(Path(args.out) / r["run"]) for r in rows}
+    hits = {r["run"]: load_query_hits(Path(args.out) / r["run"]) for r in rows}
     failed = [f"- {name}: {what}" for name, what in status.items() if what != "done"]
     notes = [
         f"`python tools/compare.py --plan {args.plan} --jobs {args.jobs}"
@@ -216,9 +284,14 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         *(["", "Cells that did not finish:", *failed] if failed else []),
     ]
     title = "Noisy-correspondence methods on " + ("both backbones" if weights else "SGRAF")
-    paths = write_report(args.out, rows, records, title=title, notes=notes)
+    paths = write_report(args.out, rows, records, title=title, notes=notes, hits=hits)
     print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if args.write_results:
+        writer = Path(__file__).resolve().parent / "write_results.py"
+        rc = subprocess.run([sys.executable, str(writer), "--compare", str(args.out)]).returncode
+        if rc:
+            return rc
     return 1 if failed else 0
 
 
@@ -240,14 +313,50 @@ def main(argv: list[str] | None = None) -> int:
             )
         for path in files:
             print(f"skipping {path}: a file, not a run directory", file=sys.stderr)
-        rows = [read_run(path, label) for path, label in zip(dirs, run_labels(dirs))]
-    check_same_noise(rows)
-    add_cost_ratio(rows)
+        rows = read_runs(dirs, skip_failed=args.skip_failed)
+        if args.out is not None:
+            return write_folder_report(args, rows)
+    prepare_rows(rows)
     table = format_table(rows, args.format)
     if args.cfg:
         out = Path(args.out) / f"compare.{SUFFIX[args.format]}"
         out.write_text(table + "\n", encoding="utf-8")
     print(table)
+    return 0
+
+
+def read_runs(dirs: list[str], *, skip_failed: bool) -> list[dict]:
+    """The rows of ``dirs``; with ``skip_failed`` a folder that is not a finished run is left
+    out with a warning naming it (else its error stops the table)."""
+    rows = []
+    for path, label in zip(dirs, run_labels(dirs)):
+        try:
+            row = read_run(path, label)
+        except CompareError as err:
+            if not skip_failed:
+                raise CompareError(f"{err} (or pass --skip-failed to leave it out)") from err
+            print(f"warning: skipping {path}: {err}", file=sys.stderr)
+            continue
+        row["run_dir"] = str(path)
+        rows.append(row)
+    if not rows:
+        raise CompareError("no finished run among the folders given (every one was skipped)")
+    return rows
+
+
+def write_folder_report(args: argparse.Namespace, rows: list[dict]) -> int:
+    """Run folders with ``--out``: the report folder (tables, claims, plots) and the table."""
+    from ugncl.run.compare_report import write_report
+
+    out = Path(args.out)
+    check_writable(out / "compare.md", "--out report")
+    records = {r["run"]: read_metrics(Path(r["run_dir"])) for r in rows}
+    hits = {r["run"]: load_query_hits(r["run_dir"]) for r in rows}
+    notes = [f"{len(rows)} run folders: " + ", ".join(f"`{r['run']}`" for r in rows) + "."]
+    paths = write_report(out, rows, records, title="Comparison of run folders", notes=notes,
+                         hits=hits)  # fmt: skip
+    print(format_table(rows, args.format))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
 
 

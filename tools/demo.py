@@ -28,10 +28,12 @@ import inspect
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from precomputed.captions import read_captions_txt
 from precomputed.errors import UserError
@@ -42,30 +44,65 @@ from precomputed.synthetic.world import read_scenes
 from ugncl.core.engine.recorder import read_metrics
 from ugncl.core.metrics import retrieval_metrics
 from ugncl.run.cli import check_writable, cli_main
-from ugncl.run.config import load_config
+from ugncl.run.config import all_keys, load_config
 from ugncl.run.training import train, train_log_only
 
-__all__ = ["RUNS", "main"]
+__all__ = ["ROWS", "RUNS", "DemoRow", "main"]
 
-#: Table row -> (config, noisy?, run folder name) in table order.
-RUNS = {
-    "clean reference": ("clean_synthetic", False, "clean_synthetic"),
-    "hinge": ("clean_synthetic", True, "hinge_synthetic"),
-    "triplet": ("triplet_synthetic", True, "triplet_synthetic"),
-    "UGNCL": ("ugncl_synthetic", True, "ugncl_synthetic"),
-}
+
+class DemoRow(NamedTuple):
+    """One row of the demo's table.
+
+    Attributes:
+        config: the config it trains.
+        noisy: trained at the demo's noise ratio (else without noise).
+        folder: its run folder's name.
+        short: the ``--schedule short`` overrides.
+        sets: overrides that make the row what it is (e.g. a reading).
+        needs: a config key the row needs; a build without it leaves the row out.
+    """
+
+    config: str
+    noisy: bool
+    folder: str
+    short: tuple[str, ...] = ()
+    sets: tuple[str, ...] = ()
+    needs: str | None = None
+
+
 #: The demo's schedule (``--schedule short``, the default): the configs' own 20 epochs cut so
 #: that ``make demo`` fits 10 minutes on 2 cores; ``--schedule config`` trains them as written.
 #: The clean reference and the hinge train 9 all-negatives + 1 hardest-negative epochs
 #: (configs: 19 + 1), UGNCL 2 warm-up + 12 main epochs with the lr step at the last
 #: (configs: 2 + 18); the triplet row keeps its 3 + 1 (docs/research/ugncl-generalisation.md).
-SHORT_SCHEDULE = {
-    "clean reference": ("train.warmup_epochs=9", "train.epochs=1"),
-    "hinge": ("train.warmup_epochs=9", "train.epochs=1"),
-    "triplet": (),
-    "UGNCL": ("train.epochs=12", "train.lr_update=11"),
+_HINGE_SHORT = ("train.warmup_epochs=9", "train.epochs=1")
+_UGNCL_SHORT = ("train.epochs=12", "train.lr_update=11")
+#: Table rows in table order. UGNCL's paper reading joins beside its package reading where
+#: this build has the reading switch (``method.ugncl.reading``).
+ROWS: dict[str, DemoRow] = {
+    "clean reference": DemoRow("clean_synthetic", False, "clean_synthetic", _HINGE_SHORT),
+    "hinge": DemoRow("clean_synthetic", True, "hinge_synthetic", _HINGE_SHORT),
+    "triplet": DemoRow("triplet_synthetic", True, "triplet_synthetic"),
+    "UGNCL": DemoRow("ugncl_synthetic", True, "ugncl_synthetic", _UGNCL_SHORT),
+    "UGNCL paper": DemoRow(
+        "ugncl_synthetic",
+        True,
+        "ugncl_paper_synthetic",
+        _UGNCL_SHORT,
+        ("method.ugncl.reading=paper",),
+        "method.ugncl.reading",
+    ),
 }
-_RUN_KEYS = {"clean": "clean reference", "hinge": "hinge", "triplet": "triplet", "ugncl": "UGNCL"}
+#: Row -> (config, noisy?, run folder name), the rows this build runs.
+RUNS = {
+    name: (row.config, row.noisy, row.folder)
+    for name, row in ROWS.items()
+    if row.needs is None or row.needs in all_keys()
+}
+SHORT_SCHEDULE = {name: ROWS[name].short for name in RUNS}
+_RUN_KEYS = {
+    name.lower().replace(" reference", "").replace(" ", "_"): name for name in RUNS
+}  # clean, hinge, triplet, ugncl, ugncl_paper
 #: The noisy baselines (no noise handling), for "the stronger noisy baseline".
 _BASELINES = ("hinge", "triplet")
 # make_synthetic's keyword arguments (the world knobs) and their types, for --world.
@@ -115,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
         "configs' own (20 epochs each)",
     )  # fmt: skip
     parser.add_argument("--out", default=None, help="runs folder (default runs/demo-<time>)")
+    parser.add_argument(
+        "--write-results", action="store_true",
+        help="afterwards write the README's demo block from this run's records "
+        "(tools/write_results.py --demo OUT; what make demo does)",
+    )  # fmt: skip
     parser.add_argument(
         "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
         help="extra overrides applied to every run's config (e.g. train.epochs=2)",
@@ -189,6 +231,7 @@ def oracle_row(root: Path) -> dict:
 def _row(name: str, test: dict, division: dict | None, seconds: float, run_dir) -> dict:
     return {
         "method": name,
+        "noisy": RUNS[name][1] if name in RUNS else False,
         "rsum": test["rsum"],
         "i2t/R@1": test["i2t/R@1"],
         "t2i/R@1": test["t2i/R@1"],
@@ -210,7 +253,7 @@ def format_table(rows: list[dict], noise_ratio: float) -> str:
     for row in rows:
         f1 = "-" if row["noisy_f1"] is None else f"{row['noisy_f1']:.3f}"
         name = row["method"]
-        if name in ("hinge", "triplet", "UGNCL"):
+        if row.get("noisy"):
             name = f"{name} {noise_ratio:.0%} noise"
         lines.append(
             f"{name:<22}{row['rsum']:>8.1f}{row['i2t/R@1']:>9.1f}"
@@ -226,6 +269,7 @@ def ratios(rows: list[dict]) -> dict[str, float]:
     pairs = (
         ("clean/oracle", "clean reference", "oracle ceiling"),
         ("UGNCL/clean", "UGNCL", "clean reference"),
+        ("UGNCL paper/clean", "UGNCL paper", "clean reference"),
         ("UGNCL/hinge", "UGNCL", "hinge"),
         ("UGNCL/triplet", "UGNCL", "triplet"),
     )
@@ -258,7 +302,7 @@ def train_rows(configs: dict, jobs: int) -> dict[str, tuple[dict, Path, float]]:
             result = train(config, config_name=cfg)
             out[name] = (result.test, result.run_dir, time.perf_counter() - started)
         return out
-    order = sorted(configs, key=lambda name: name != "UGNCL")
+    order = sorted(configs, key=lambda name: not name.startswith("UGNCL"))
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = {}
@@ -303,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg, noisy, folder = RUNS[name]
             noise = [f"data.noise_ratio={args.noise_ratio}"] if noisy else []
             schedule = SHORT_SCHEDULE[name] if args.schedule == "short" else ()
-            overrides = [*common, *noise, *schedule, f"run.name={folder}", *args.set]
+            overrides = [*common, *noise, *ROWS[name].sets, *schedule, f"run.name={folder}",
+                         *args.set]  # fmt: skip
             configs[name] = (cfg, load_config(cfg, overrides)[0])  # validate all before training
     except ValueError as err:  # argument values; ConfigError and data errors reach cli_main
         if isinstance(err, UserError):
@@ -344,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     print(f"summary written to {out / 'demo_summary.json'}")
+    if args.write_results:
+        writer = Path(__file__).resolve().parent / "write_results.py"
+        return subprocess.run([sys.executable, str(writer), "--demo", str(out)]).returncode
     return 0
 
 

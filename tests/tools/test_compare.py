@@ -135,9 +135,11 @@ def test_markdown_and_json(compare, runs, capsys) -> None:
     assert lines[0].startswith("| run") and "test rSum" in lines[0] and "weight AUC" in lines[0]
     assert set(lines[1]) <= set("|-: ")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert cells[6] == "2" and cells[7] == "123.4" and cells[12] == "0.720"
-    assert cells[13:17] == ["40", "0.90", "60", "0.20"] and cells[17] == "" and cells[18] == "60"
-    assert cells[11] == "0"  # epochs with a train record (the fixture writes none)
+    assert cells[3] == "sgr"  # SGRAF's head: SGR unless the config names SAF
+    assert cells[7] == "2" and cells[8] == "123.4" and cells[14] == "0.720"
+    assert cells[15:19] == ["40", "0.90", "60", "0.20"] and cells[19] == "" and cells[20] == "60"
+    assert cells[12] == "0"  # epochs with a train record (the fixture writes none)
+    assert cells[13] == "40"  # the optimiser steps: the test record's step
     assert compare([str(runs["osa"]), "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["run"] == "osa-run" and row["weight_auc"] == 0.9 and row["noisy_f1"] is None
@@ -229,6 +231,11 @@ def test_grid_trains_reuses_and_resumes(compare, tiny_world, tiny_model, tmp_pat
     )  # fmt: skip
     assert 0.0 <= float(s0["noisy_f1"]) <= 1.0 and float(s0["wall_s"]) > 0
     assert float(mean["rsum"]) == pytest.approx((float(s0["rsum"]) + float(s1["rsum"])) / 2)
+    # the test saved its per-query hits beside the records: they add up to its rSum
+    from ugncl.run.compare_claims import load_query_hits, rsum_of_hits
+
+    hits = load_query_hits(out / "ugncl_synthetic-s0")
+    assert hits is not None and rsum_of_hits(*hits) == pytest.approx(float(s0["rsum"]), abs=0.05)
 
     # Seed 1 "killed" before its test: the next call tests it (resume) and reuses seed 0.
     metrics = out / "ugncl_synthetic-s1" / "metrics.jsonl"
@@ -264,3 +271,87 @@ def test_a_test_rsum_that_is_not_a_finite_number_is_refused(compare, runs, tmp_p
     assert compare([str(runs["clip"]), str(bad)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: run ") and "not a finite number" in line
+
+
+def _noise_run(root: Path, name: str, seed: int, sha: str, noisy: int, ratio=None, **model):
+    """A finished run whose noise came from ``data.noise_ratio`` (``ratio``) or, with
+    ``ratio`` None, from a noise file (its measured share ``noisy``/1000)."""
+    data = {"name": "synth", "noise_ratio": ratio, "noise_file": None if ratio else "n.npy"}
+    config = {"data": data, "model": {"backbone": "sgraf", "sgraf": model},
+              "method": {"name": "triplet"}, "train": {"seed": seed}}  # fmt: skip
+    records = [
+        {"event": "setup", "seed": seed, "n_train_captions": 1000, "n_noisy": noisy,
+         "noise_sha256": sha, "time": 0.0},
+        *_test_records(step=10, epoch=0, rsum=100.0 + seed, r1=(1.0, 1.0), time=5.0),
+    ]  # fmt: skip
+    return write_run(root, name, config, records)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ({"ratio": 0.2, "noisy": 197}, {"noisy": 197}),  # configured 0.2 vs measured 0.197
+        ({"noisy": 197}, {"noisy": 201}),  # two files of different noisy counts
+    ],
+)
+def test_rows_of_one_ratio_on_different_noise_files_are_refused(
+    compare, tmp_path, capsys, first, second
+) -> None:
+    """However each row got its noise, two rows of one ratio and seed on different files
+    meet in one group and are refused, naming both."""
+    a = _noise_run(tmp_path, "a", 0, "a" * 64, **first)
+    b = _noise_run(tmp_path, "b", 0, "b" * 64, **second)
+    assert compare([str(a), str(b)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: runs of noise 0.2 and seed 0")
+    assert "aaaaaaaaaaaa: a" in line and "bbbbbbbbbbbb: b" in line
+    c = _noise_run(tmp_path, "c", 0, "a" * 64, **second)  # the same file: one group, fine
+    assert compare([str(a), str(c), "--format", "csv"]) == 0
+    rows = _csv_rows(capsys.readouterr().out)
+    assert rows["a"]["noise_ratio"] == rows["c"]["noise_ratio"] == "0.2"
+
+
+def test_a_failed_folder_is_named_or_skipped(compare, runs, capsys) -> None:
+    argv = [str(runs["clip"]), str(runs["unfinished"])]
+    assert compare(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert str(runs["unfinished"]) in line and "--skip-failed" in line
+    assert compare([*argv, "--skip-failed", "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert list(_csv_rows(out)) == ["clip-run"]
+    assert err.startswith(f"warning: skipping {runs['unfinished']}")
+    assert compare([str(runs["unfinished"]), "--skip-failed"]) == 2
+    assert "no finished run" in capsys.readouterr().err
+
+
+def test_run_folders_with_out_write_the_report(compare, tmp_path, capsys) -> None:
+    """--out over run folders: tables, plots, the SGR and SAF rows apart, and one seed
+    printed as one value, not as a spread of 0."""
+    runs = [
+        _noise_run(tmp_path / "r", "sgr", 0, "a" * 64, 500, ratio=0.5, head="sgr"),
+        _noise_run(tmp_path / "r", "saf", 0, "a" * 64, 500, ratio=0.5, head="saf"),
+    ]
+    out = tmp_path / "report"
+    assert compare([*map(str, runs), "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"compare.md", "compare.csv", "compare.json", "rsum_vs_noise.png"} <= names
+    md = (out / "compare.md").read_text(encoding="utf-8")
+    assert "| sgraf (SGR) | triplet |" in md and "| sgraf (SAF) | triplet |" in md
+    assert "100.0 (1 seed)" in md and "± 0.0" not in md
+    groups = json.loads((out / "compare.json").read_text())["groups"]
+    assert sorted(g["head"] for g in groups) == ["saf", "sgr"]
+
+
+def test_report_only_before_any_cell_finished_is_one_line(compare, tmp_path, capsys) -> None:
+    assert compare(["--plan", "quick", "--report-only", "--out", str(tmp_path / "p")]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: no cell of the quick plan has finished")
+    assert not (tmp_path / "p").exists()
+
+
+def test_plan_estimate(compare, capsys) -> None:
+    assert compare(["--plan", "quick", "--estimate", "0.16"]) == 0
+    assert capsys.readouterr().out.startswith("plan quick: ")
+    with pytest.raises(SystemExit):
+        compare(["--plan", "quick", "--estimate", "-1"])

@@ -47,6 +47,14 @@ def places(tiny_world: Path, tmp_path_factory) -> dict[str, Path]:
     return {"ro": ro, "zero": zero, "bad": bad, "tmp": tmp, **worlds}
 
 
+def _demo_folder(tmp: Path, name: str, content: bytes) -> Path:
+    """A demo output folder whose ``demo_summary.json`` holds ``content``."""
+    folder = tmp / f"demo_{name}"
+    folder.mkdir(exist_ok=True)
+    (folder / "demo_summary.json").write_bytes(content)
+    return folder
+
+
 def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | None]]:
     ro, zero, bad, tmp = p["ro"], p["zero"], p["bad"], p["tmp"]
     zw, bw = p["zero_world"], p["bad_world"]
@@ -202,6 +210,18 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
             "ro": None,  # writes nothing
             "zero": ["--cfg", "ugncl_synthetic", "--set", f"data.root={zw}", "data.dev_images=12"],
             "bad": ["--cfg", "ugncl_synthetic", "--set", f"data.root={bw}", "data.dev_images=12"],
+        },
+        "write_results": {
+            "ro": [
+                "--demo",
+                str(_demo_folder(tmp, "ok", b'{"rows": []}')),
+                "--readme",
+                str(ro / "README.md"),
+                "--step-seconds",
+                "1",
+            ],
+            "zero": ["--demo", str(_demo_folder(tmp, "zero", b""))],
+            "bad": ["--demo", str(_demo_folder(tmp, "bad", BAD_BYTES))],
         },
         "train": {
             "ro": [

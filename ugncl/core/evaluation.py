@@ -39,7 +39,13 @@ from precomputed.eval_data import PrecomputedEvalData, trim_heap
 from sgraf.functional import PackedWords
 from ugncl.core.data import EvalData
 from ugncl.core.engine import distributed
-from ugncl.core.metrics import METRIC_KEYS, coco_folds, fold_metrics, retrieval_metrics
+from ugncl.core.metrics import (
+    METRIC_KEYS,
+    coco_folds,
+    fold_metrics,
+    query_hits,
+    retrieval_metrics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -645,6 +651,10 @@ class Evaluator:
         self.unit_scores = unit_scores
         self.batch_size = batch_size
         self.memory_budget_bytes = memory_budget_bytes
+        #: The last test's per-query hit probabilities at K = 1, 5, 10 over the whole test
+        #: matrix (``{"i2t": (n_img, 3), "t2i": (n_cap, 3)}``, :func:`query_hits`), kept
+        #: for the run folder: a comparison's bootstrap over test queries reads them.
+        self.test_query_hits: dict[str, np.ndarray] | None = None
 
     @property
     def has_val(self) -> bool:
@@ -667,7 +677,7 @@ class Evaluator:
         protocol = (
             "full" if which == "val" else default_protocol(data.name, data.split, data.num_images)
         )
-        results, _ = evaluate_models(
+        results, scores = evaluate_models(
             [model] if self.models is None else list(self.models(model)),
             data,
             protocol=protocol,
@@ -676,6 +686,9 @@ class Evaluator:
             memory_budget_bytes=self.memory_budget_bytes,
             unit_scores=self.unit_scores,
         )
+        if which == "test":
+            i2t, t2i = query_hits(scores, data.caption_to_image)
+            self.test_query_hits = {"i2t": i2t, "t2i": t2i}
         return {
             data.split if section in {"full", "1k"} else f"{data.split}/{section}": metrics
             for section, metrics in results.items()

@@ -60,6 +60,7 @@ __all__ = [
     "coco_folds",
     "fold_metrics",
     "i2t_ranks",
+    "query_hits",
     "recall_at",
     "retrieval_metrics",
     "t2i_ranks",
@@ -292,6 +293,31 @@ def t2i_ranks(
     if _check_ties(ties) == "release":
         return _release_ranks(np.ascontiguousarray(s.T), c2i)
     return _ranks_from_counts(*_t2i_counts(s, c2i), ties)
+
+
+def query_hits(
+    scores: ScoreMatrix, caption_to_image: np.ndarray | torch.Tensor, ks: Sequence[int] = (1, 5, 10)
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query hit probabilities ``P(rank < K)`` under random tie-breaking, both directions.
+
+    The retrieval metrics are their means (R@K = 100 x the column mean; rSum = 100 x the sum
+    of both directions' column means), so a bootstrap over test queries resamples these rows.
+
+    Args:
+        scores: ``(n_img, n_cap)`` score matrix.
+        caption_to_image: ``(n_cap,)`` image index of each caption.
+        ks: cut-offs K.
+
+    Returns:
+        ``(i2t, t2i)``: ``(n_img, len(ks))`` and ``(n_cap, len(ks))`` float32 in [0, 1].
+    """
+    s = _as_score_array(scores)
+    c2i = _check_caption_to_image(caption_to_image, *s.shape)
+    ks = _check_ks(ks)
+    out = []
+    for counts in (_i2t_counts(s, c2i), _t2i_counts(s, c2i)):
+        out.append(np.stack([_hit_probability(*counts, k) for k in ks], axis=1).astype(np.float32))
+    return out[0], out[1]
 
 
 def recall_at(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[int, float]:

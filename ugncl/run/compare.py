@@ -38,6 +38,7 @@ __all__ = [
     "Column",
     "CompareError",
     "add_cost_ratio",
+    "align_noise_ratios",
     "check_same_noise",
     "detection_summary",
     "epochs_trained",
@@ -45,6 +46,7 @@ __all__ = [
     "grid_run_name",
     "mean_row",
     "method_label",
+    "prepare_rows",
     "read_run",
     "run_labels",
     "summarize_run",
@@ -76,6 +78,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("run", "run"),
     Column("method", "method"),
     Column("backbone", "backbone"),
+    Column("head", "head"),
     Column("dataset", "dataset"),
     Column("noise_ratio", "noise", ".2f"),
     Column("seed", "seed"),
@@ -85,6 +88,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("t2i_r1", "t2i R@1", ".1f"),
     Column("best_epoch", "best epoch"),
     Column("epochs", "epochs"),
+    Column("steps", "steps"),
     Column("noisy_f1", "noise F1", ".3f"),
     Column("hard_clean", "hard-clean", ".0f"),
     Column("hard_clean_share", "clean share (hc)", ".2f"),
@@ -98,7 +102,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("variant", "variant"),
 )
 #: Each backbone's plain baseline: the denominator of ``cost_ratio``.
-PLAIN_BASELINE = {"sgraf": "triplet", "clip": "infonce"}
+#: (CLIP's InfoNCE method under both of its names, ``clip`` and ``infonce``.)
+PLAIN_BASELINE: dict[str, tuple[str, ...]] = {"sgraf": ("triplet",), "clip": ("clip", "infonce")}
 #: Characters of the noise file's sha256 shown in tables (the full one is in the run's setup).
 SHA_CHARS = 12
 # Keys of UGNCL's division record behind the hard-set columns.
@@ -168,13 +173,14 @@ def wall_seconds(records: Sequence[dict[str, Any]]) -> float | None:
     return sum(spans) if spans else None
 
 
-def _noise_ratio(config: dict[str, Any], setup: dict[str, Any]) -> float | None:
-    """The configured ratio; with a noise file (ratio not configured) the measured share."""
+def _noise_ratio(config: dict[str, Any], setup: dict[str, Any]) -> tuple[float | None, str]:
+    """``(ratio, source)``: the configured ratio (``"configured"``); with a noise file (the
+    ratio not configured) the measured noisy share (``"measured"``)."""
     data = config.get("data", {})
     if not data.get("noise_file") and data.get("noise_ratio") is not None:
-        return float(data["noise_ratio"])
+        return float(data["noise_ratio"]), "configured"
     n, noisy = setup.get("n_train_captions"), setup.get("n_noisy")
-    return round(noisy / n, 4) if n and noisy is not None else None
+    return (round(noisy / n, 4) if n and noisy is not None else None), "measured"
 
 
 def unfinished_error(run_dir: str | Path) -> CompareError:
@@ -214,13 +220,17 @@ def summarize_run(
     # CPU threads the run used (older runs without it in their setup record: the config's).
     threads = setup.get("threads", config.get("train", {}).get("threads"))
     wall, epochs = wall_seconds(records), epochs_trained(records)
+    ratio, ratio_source = _noise_ratio(config, setup)
+    backbone = config.get("model", {}).get("backbone")
     return {
         "run": name,
         "method": method_label(config),
         "variant": method_label(config),  # a grid names its variants
-        "backbone": config.get("model", {}).get("backbone"),
+        "backbone": backbone,
+        "head": head_label(config),
         "dataset": config.get("data", {}).get("name"),
-        "noise_ratio": _noise_ratio(config, setup),
+        "noise_ratio": ratio,
+        "noise_ratio_source": ratio_source,
         "seed": seed,
         "threads": threads,
         "rsum": rsum,
@@ -228,11 +238,29 @@ def summarize_run(
         "t2i_r1": test.get("t2i/R@1"),
         "best_epoch": test.get("epoch"),
         "epochs": epochs,
+        "steps": test.get("step"),  # the optimiser steps behind the tested weights' run
         **detection_summary(records),
         "wall_s": wall,
         "s_per_epoch": wall / epochs if wall is not None and epochs else None,
         "cost_ratio": None,  # filled by add_cost_ratio over a whole table
         "noise_sha256": (setup.get("noise_sha256") or "")[:SHA_CHARS] or None,
+        **shared_settings(config),
+    }
+
+
+#: The hyper-parameters a comparison's rows share unless a method's reading sets its own.
+SHARED_KEYS = ("optimizer", "lr", "weight_decay", "image_decay_per_rms", "batch_size")
+
+
+def shared_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The run's :data:`SHARED_KEYS` (from ``train``) and its method's ``reading`` (None
+    where the method has no reading switch)."""
+    train = config.get("train", {})
+    method = config.get("method", {})
+    section = method.get(method.get("name")) or {}
+    return {
+        **{key: train.get(key) for key in SHARED_KEYS},
+        "reading": section.get("reading") if isinstance(section, dict) else None,
     }
 
 
@@ -246,6 +274,15 @@ def method_label(config: dict[str, Any]) -> str | None:
     if (method.get(name) or {}).get("train_pairs") == "clean":
         return f"{name}_clean_pairs"
     return name
+
+
+def head_label(config: dict[str, Any]) -> str | None:
+    """SGRAF's similarity head (``model.sgraf.head``: ``sgr`` or ``saf``; SGRAF's default
+    ``sgr`` where the config names none); None on another backbone."""
+    model = config.get("model", {})
+    if model.get("backbone", "sgraf") != "sgraf":
+        return None
+    return str((model.get("sgraf") or {}).get("head") or "sgr")
 
 
 def epochs_trained(records: Sequence[dict[str, Any]]) -> int:
@@ -295,6 +332,43 @@ def read_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- checking
+#: A measured noisy share this close to a configured ratio of the same table is that ratio
+#: (NCR-style noise at 0.2 moves 19.7% of the captions: a caption can land on its own image).
+RATIO_TOLERANCE = 0.03
+
+
+def align_noise_ratios(rows: Sequence[dict[str, Any]]) -> None:
+    """Give every row the noise ratio it is grouped by, however it got its noise.
+
+    A configured ratio stays; a measured share (a ``data.noise_file`` run) takes the nearest
+    configured ratio among ``rows`` within :data:`RATIO_TOLERANCE`, else the share rounded
+    to two decimals, so a file at 19.67% and one at 20.12% meet each other and a 0.2 row.
+    """
+    configured = {
+        float(r["noise_ratio"])
+        for r in rows
+        if r.get("noise_ratio_source") != "measured" and r.get("noise_ratio") is not None
+    }
+    for row in rows:
+        share = row.get("noise_ratio")
+        if row.get("noise_ratio_source") != "measured" or share is None:
+            continue
+        near = min(configured, key=lambda c: abs(c - share), default=None)
+        if near is not None and abs(near - share) <= RATIO_TOLERANCE:
+            row["noise_ratio"] = near
+        else:
+            row["noise_ratio"] = round(float(share), 2)
+
+
+def prepare_rows(rows: Sequence[dict[str, Any]]) -> None:
+    """Everything a table needs before it is printed: ratios aligned
+    (:func:`align_noise_ratios`), one noise file per ratio and seed
+    (:func:`check_same_noise`), the cost ratios (:func:`add_cost_ratio`)."""
+    align_noise_ratios(rows)
+    check_same_noise(rows)
+    add_cost_ratio(rows)
+
+
 def check_same_noise(rows: Sequence[dict[str, Any]]) -> None:
     """Refuse rows of one noise ratio and seed trained on different noise files.
 
@@ -324,18 +398,15 @@ def check_same_noise(rows: Sequence[dict[str, Any]]) -> None:
 
 def add_cost_ratio(rows: Sequence[dict[str, Any]]) -> None:
     """Fill ``cost_ratio``: each row's seconds per epoch over the mean of its backbone's plain
-    baseline (:data:`PLAIN_BASELINE`, matched on ``variant``) among ``rows`` (None where that
-    baseline is absent)."""
+    baseline among ``rows`` (None where that baseline is absent). The baseline rows are those
+    flagged ``plain`` (a plan's), else those whose method is :data:`PLAIN_BASELINE`'s."""
+    flagged = any(r.get("plain") for r in rows)
     base: dict[str, list[float]] = {}
     for row in rows:
-        plain = PLAIN_BASELINE.get(str(row.get("backbone")))
-        is_mean = str(row.get("seed", "")).startswith("mean")
-        if (
-            plain
-            and row.get("method") == plain
-            and row.get("s_per_epoch") is not None
-            and not is_mean
-        ):
+        if str(row.get("seed", "")).startswith("mean") or row.get("s_per_epoch") is None:
+            continue
+        plain = PLAIN_BASELINE.get(str(row.get("backbone")), ())
+        if row.get("plain") if flagged else row.get("method") in plain:
             base.setdefault(str(row["backbone"]), []).append(float(row["s_per_epoch"]))
     for row in rows:
         times = base.get(str(row.get("backbone")))
@@ -352,8 +423,8 @@ def mean_row(rows: Sequence[dict[str, Any]], label: str) -> dict[str, Any]:
     """
     out: dict[str, Any] = {c.key: None for c in COLUMNS}
     out["run"] = label
-    for key in ("method", "variant", "backbone", "dataset", "noise_ratio", "threads",
-                "noise_sha256"):  # fmt: skip
+    for key in ("method", "variant", "backbone", "head", "dataset", "noise_ratio", "threads",
+                "noise_sha256", "steps", "epochs"):  # fmt: skip
         values = {r.get(key) for r in rows}
         out[key] = values.pop() if len(values) == 1 else None
     for key in _MEAN_KEYS:
@@ -391,7 +462,10 @@ def format_table(rows: Sequence[dict[str, Any]], fmt: str = "markdown") -> str:
     cells = [[_cell(r.get(c.key), c.fmt) for c in COLUMNS] for r in rows]
     header = [c.header for c in COLUMNS]
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(COLUMNS))]
-    numeric = [bool(c.fmt) or c.key in ("seed", "threads", "best_epoch", "epochs") for c in COLUMNS]
+    numeric = [
+        bool(c.fmt) or c.key in ("seed", "threads", "best_epoch", "epochs", "steps")
+        for c in COLUMNS
+    ]
 
     def line(values: list[str]) -> str:
         padded = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)]

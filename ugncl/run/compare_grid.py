@@ -21,13 +21,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ugncl.run.compare import epochs_trained, read_run
+from ugncl.run.compare import epochs_trained, read_run, test_record
 
-__all__ = ["Cell", "PlanSize", "cell_state", "default_plan", "run_plan"]
+__all__ = [
+    "PLANS",
+    "Cell",
+    "PlanSize",
+    "RowSpec",
+    "cell_state",
+    "default_plan",
+    "estimate_seconds",
+    "plan_rows_spec",
+    "run_plan",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "tools" / "train.py"
@@ -40,14 +50,17 @@ class Cell:
 
     Attributes:
         name: its folder under the comparison's output folder.
-        label: the line it belongs to in the report (a method, or a variant such as the
-            all-negatives hinge).
+        label: the line it belongs to in the report (``hinge``, ``ugncl-paper``,
+            ``npc-paper+pf``, ...; a ``+pf`` label is its sibling without ``+pf`` trained
+            with the pre-filter).
         backbone: ``sgraf`` or ``clip``.
         config: the config name in ``configs/``.
-        overrides: ``--set`` values (noise, seed, sizes).
+        overrides: ``--set`` values (noise, seed, sizes, budget, reading).
         start_from: the cell whose ``checkpoints/last.pt`` this one starts from
             (``model.sgraf.init``), trained first.
         report: a row of the report (False for warm-up cells).
+        plain: the backbone's plain baseline (the denominator of ``cost x plain`` and the
+            reference of every lift).
     """
 
     name: str
@@ -59,49 +72,57 @@ class Cell:
     seed: int
     start_from: str | None = None
     report: bool = True
+    plain: bool = False
 
 
 @dataclass(frozen=True)
 class PlanSize:
-    """What the budget buys: seeds, noise ratios and the CLIP track's size.
+    """What the budget buys: seeds, noise ratios, the world's size and one epoch budget per
+    backbone.
 
-    Both tracks train on the same first ``train_images`` images of the world (so on one noise
-    index per ratio: a noise index built for another subset is another file). On SGRAF, UGNCL
-    and the all-negatives hinge (the clean reference's config) train ``sgraf_epochs`` epochs
-    each (UGNCL 2 warm-up + the rest divided, lr x 0.1 for the last; the hinge all but the last
-    over all negatives, the last on the hardest); None keeps the configs' 20. The
-    hardest-negative triplet keeps its 1 + 3. The CLIP track trains ``clip_epochs`` epochs.
+    Every row of a backbone trains ``sgraf_epochs`` (``clip_epochs``) epochs of
+    ``batch_size`` pairs on the same ``train_images`` images, a warm start's epochs included,
+    so every row of a backbone takes the same number of optimiser steps (the report prints
+    each row's steps and flags any row that differs).
     """
 
-    seeds: tuple[int, ...] = (0, 1)
-    ratios: tuple[float, ...] = (0.2, 0.5)
-    train_images: int = 500
-    sgraf_epochs: int | None = 14
+    seeds: tuple[int, ...] = (0, 1, 2)
+    ratios: tuple[float, ...] = (0.5,)
+    train_images: int = 400
+    sgraf_epochs: int = 8
     clip_epochs: int = 2
-    sgraf_warmup_epochs: int = 2  # the NPC/SDD warm start on SGRAF (all-negatives hinge)
-    sgraf_method_epochs: int = 3  # NPC/SDD epochs after it
+    warm_epochs: int = 2  # the shared all-negatives hinge warm start of NPC/SDD on SGRAF
+    batch_size: int = 32
     infonce_on_sgraf: bool = False  # the unweighted InfoNCE control of NPC/SDD on SGRAF
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
+QUICK = PlanSize(seeds=(0,), train_images=300, sgraf_epochs=4, clip_epochs=1)
 DEFAULT = PlanSize()
 FULL = PlanSize(
-    seeds=(0, 1, 2), ratios=(0.2, 0.5, 0.8), train_images=1000, sgraf_epochs=None,
-    clip_epochs=3, infonce_on_sgraf=True,
+    ratios=(0.2, 0.5, 0.8), train_images=1000, sgraf_epochs=20, clip_epochs=3,
+    infonce_on_sgraf=True,
 )  # fmt: skip
+PLANS = {"quick": QUICK, "default": DEFAULT, "full": FULL}
 
-
-def _sgraf_schedules(epochs: int | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``--set`` values of the hinge (clean_synthetic) and UGNCL cells for ``epochs``."""
-    if epochs is None:
-        return (), ()
-    if epochs < 4:
-        raise ValueError(f"sgraf_epochs must be >= 4 (2 warm-up + 2 divided), got {epochs}")
-    hinge = (f"train.warmup_epochs={epochs - 1}", "train.epochs=1")
-    ugncl = ("train.warmup_epochs=2", f"train.epochs={epochs - 2}",
-             f"train.lr_update={epochs - 3}")  # fmt: skip
-    return hinge, ugncl
-
+#: Each backbone's plain baseline row: the reference of every lift and of ``cost x plain``.
+PLAIN_LABEL = {"sgraf": "hinge", "clip": "finetune"}
+#: The methods that are a backbone's plain baseline (no method row of their own there):
+#: SGRAF's hinge is ``triplet``; CLIP's plain fine-tune is the InfoNCE method.
+BASELINE_METHODS = {"sgraf": ("triplet",), "clip": ("clip", "infonce")}
+#: Methods a backbone refuses (``Method.backbone_error``; docs/comparison.md).
+REFUSED = {"clip": ("triplet", "ncr")}
+#: Hyper-parameters every row of a backbone shares unless the row's reading sets its own:
+#: on SGRAF the plain model's optimiser (Adam without decay, as the SGRAF and NCR releases
+#: train it; base.yaml's AdamW and image decay are UGNCL's package decisions).
+SHARED = {
+    "sgraf": {"train.optimizer": "adam", "train.weight_decay": "0.0",
+              "train.image_decay_per_rms": "null"},
+    "clip": {},
+}  # fmt: skip
+#: The framework pre-filter's switch, and UGNCL's own older one where the framework's is not
+#: in this build (rows that need it are then left out, with a note).
+PREFILTER_KEY = ("prefilter.kind", "linear", "none")
+UGNCL_PREFILTER_KEY = ("method.ugncl.seed", "linear", "none")
 
 # SDD's release thresholds (alpha 20, beta 30) are CLIP ViT-B/32 cosines on its x100 logit
 # scale; SGRAF's scores live on another scale, so its bank and drop thresholds come from the
@@ -109,28 +130,72 @@ def _sgraf_schedules(epochs: int | None) -> tuple[tuple[str, ...], tuple[str, ..
 # + 1 sd: after the 2-epoch warm-up on 500 images it kept 1247 pairs (88% clean) at 20% noise
 # and 805 (64% clean) at 50%; the CLIP default of + 2 sd kept none.
 SDD_ON_SGRAF = ("method.sdd.thresholds=auto", "method.sdd.auto_beta_std=1.0")
-
-
 # NPC's bank keeps pairs whose clean posterior under a 2-component GMM of the per-sample losses
 # exceeds the threshold; after a 2-epoch SGRAF warm-up the components overlap, and the
 # paper's 0.99 kept no pair at 20% noise, seed 1 (measured); the release's 0.9 kept 1276 pairs,
 # 90% clean.
 NPC_ON_SGRAF = ("method.npc.clean_threshold=0.9",)
+#: What a method needs on SGRAF beyond ``method.name``: a warm start (its bank or thresholds
+#: are built from the starting model's scores) and its own settings there.
+SGRAF_NEEDS: dict[str, tuple[bool, tuple[str, ...]]] = {
+    "npc": (True, NPC_ON_SGRAF),
+    "sdd": (True, SDD_ON_SGRAF),
+    "clip": (True, ()),
+    "infonce": (True, ()),
+}
+
+CONFIGS = REPO / "configs"
 
 
 def _pct(ratio: float) -> str:
     return f"n{round(ratio * 100):02d}"
 
 
+def _has_config(name: str) -> bool:
+    return (CONFIGS / f"{name}.yaml").is_file()
+
+
+def method_reading(name: str) -> str | None:
+    """The reading a method's row trains: ``paper`` where the method has readings and one is
+    called so, else ``package`` where it has readings, else None (no reading switch)."""
+    from ugncl.methods import METHODS
+
+    readings = getattr(getattr(METHODS.get(name), "config", None), "READINGS", None)
+    if not readings:
+        return None
+    return "paper" if "paper" in readings else "package"
+
+
+def reading_keys(name: str, reading: str | None) -> set[str]:
+    """The dotted keys the method's ``reading`` sets (its ``READINGS`` entry)."""
+    from ugncl.methods import METHODS
+
+    if reading is None:
+        return set()
+    readings = getattr(getattr(METHODS.get(name), "config", None), "READINGS", None) or {}
+    return set(readings.get(reading) or {})
+
+
+def known_keys() -> set[str]:
+    """Every dotted config key of this build (methods and backbones registered now)."""
+    from ugncl.run.config import all_keys
+
+    return set(all_keys())
+
+
+def _row_label(name: str, reading: str | None) -> str:
+    return f"{name}-{reading}" if reading and reading != "package" else name
+
+
 class _CellMaker:
     """Appends the cells of one (noise ratio, seed) with their shared overrides."""
 
-    def __init__(self, cells: list[Cell], world: str, ratio: float, seed: int, images: int) -> None:
+    def __init__(self, cells: list[Cell], world: str, ratio: float, seed: int, size: PlanSize):
         self.cells, self.ratio, self.seed = cells, ratio, seed
         self.tag = f"{_pct(ratio)}-s{seed}"
-        self.common = (f"data.root={world}", f"data.train_images={images}",
+        self.common = (f"data.root={world}", f"data.train_images={size.train_images}",
                        f"data.noise_ratio={ratio}", "data.noise_seed=0", f"train.seed={seed}",
-                       "train.threads=1")  # fmt: skip
+                       f"train.batch_size={size.batch_size}", "train.threads=1")  # fmt: skip
 
     def __call__(self, backbone: str, label: str, config: str, *extra: str, **kw: Any) -> str:
         name = f"{backbone}-{label}-{self.tag}"
@@ -140,48 +205,248 @@ class _CellMaker:
         return name
 
 
+@dataclass(frozen=True)
+class RowSpec:
+    """One row of the plan before its split and seed: its label, config and ``--set`` values,
+    whether it starts from the shared warm start, and the keys it needs (a row whose key this
+    build lacks is left out, with a note)."""
+
+    backbone: str
+    label: str
+    config: str
+    sets: tuple[str, ...] = ()
+    warm: bool = False
+    plain: bool = False
+    needs: tuple[str, ...] = ()
+    noisy: bool = True  # False: trained at 0% noise (the clean reference)
+    hinge: bool = False  # the hinge family's schedule (:func:`budget_sets`)
+
+
+def _shared(backbone: str, method: str, reading: str | None) -> tuple[str, ...]:
+    """:data:`SHARED` less the keys the method's reading sets itself."""
+    own = reading_keys(method, reading)
+    return tuple(f"{k}={v}" for k, v in SHARED[backbone].items() if k not in own)
+
+
+def _reading_sets(method: str, reading: str | None) -> tuple[str, ...]:
+    return (f"method.{method}.reading={reading}",) if reading else ()
+
+
+def _prefilter(method: str, on: bool, keys: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(sets, needs)`` of the pre-filter switched ``on`` or off for ``method``: the
+    framework's ``prefilter.kind``, else (UGNCL only) ``method.ugncl.seed``."""
+    key, yes, no = PREFILTER_KEY
+    if key not in keys and method == "ugncl":
+        key, yes, no = UGNCL_PREFILTER_KEY
+    return (f"{key}={yes if on else no}",), (key,)
+
+
+def sgraf_rows(size: PlanSize, clip_weights: str | Path | None) -> list[RowSpec]:
+    """The SGRAF track: the controls, then one row per registered method at its paper
+    reading (package where it has no readings), then the pre-filter rows."""
+    from ugncl.methods import METHODS
+
+    keys = known_keys()
+    hinge = ("method.name=triplet", *_shared("sgraf", "triplet", None))
+    pf_on, pf_need = _prefilter("triplet", True, keys)
+    oracle = (*hinge, "method.triplet.train_pairs=clean")
+    family = {"config": "clean_synthetic", "hinge": True}
+    rows = [
+        RowSpec("sgraf", "clean", sets=hinge, noisy=False, **family),
+        RowSpec("sgraf", "oracle", sets=oracle, **family),
+        RowSpec("sgraf", "hinge", sets=hinge, plain=True, **family),
+        RowSpec("sgraf", "hinge+pf", sets=(*hinge, *pf_on), needs=pf_need, **family),
+    ]
+    for name in METHODS:
+        if name in BASELINE_METHODS["sgraf"] or name in REFUSED.get("sgraf", ()):
+            continue
+        if name in ("clip", "infonce") and not size.infonce_on_sgraf:
+            continue
+        if name == "osa" and clip_weights is None:
+            continue  # its estimator is the CLIP stand-in
+        reading = method_reading(name)
+        warm, own = SGRAF_NEEDS.get(name, (False, ()))
+        if name == "osa":
+            own = (*own, f"method.osa.estimator={clip_weights}")
+        config = next((c for c in (f"{name}_sgraf_synthetic", f"{name}_synthetic")
+                       if _has_config(c) and _sgraf_config(c)), "clean_synthetic")  # fmt: skip
+        base = (f"method.name={name}", *own, *_shared("sgraf", name, reading))
+        if reading is not None or name != "ugncl":  # UGNCL without readings: package only
+            rows.append(RowSpec("sgraf", _row_label(name, reading), config,
+                                (*base, *_reading_sets(name, reading)), warm=warm))  # fmt: skip
+        if name == "ugncl":  # the package reading with and without the pre-filter
+            package = "package" if reading else None
+            sets = (f"method.name={name}", *own, *_shared("sgraf", name, package),
+                    *_reading_sets(name, package))  # fmt: skip
+            on, need = _prefilter(name, True, keys)
+            off, _ = _prefilter(name, False, keys)
+            rows.append(RowSpec("sgraf", "ugncl+pf", config, (*sets, *on), needs=need))
+            rows.append(RowSpec("sgraf", "ugncl", config, (*sets, *off), needs=need))
+        elif name in ("npc", "sdd"):
+            on, need = _prefilter(name, True, keys)
+            rows.append(RowSpec("sgraf", f"{_row_label(name, reading)}+pf", config,
+                                (*base, *_reading_sets(name, reading), *on), warm=warm,
+                                needs=need))  # fmt: skip
+    return rows
+
+
+def _sgraf_config(name: str) -> bool:
+    """Whether ``configs/<name>.yaml`` trains the SGRAF backbone (its resolved config, bases
+    included)."""
+    return _config_backbone(name) == "sgraf"
+
+
+def _config_backbone(name: str) -> str | None:
+    """The backbone ``configs/<name>.yaml`` resolves to (None where it does not load)."""
+    from ugncl.run.config import ConfigError, load_config
+
+    try:
+        return str(load_config(name)[0].model.backbone)
+    except (ConfigError, ValueError):
+        return None
+
+
+def clip_rows(clip_weights: str | Path) -> list[RowSpec]:
+    """The CLIP track: the plain fine-tune (at 0% and at noise) and every registered method
+    that CLIP accepts at its paper reading (package where it has no readings)."""
+    from ugncl.methods import METHODS
+
+    view = (f"model.clip.pretrained={clip_weights}",)
+    rows = [
+        RowSpec("clip", "finetune-clean", "clip_synthetic", view, noisy=False),
+        RowSpec("clip", "finetune", "clip_synthetic", view, plain=True),
+    ]
+    for name in METHODS:
+        if name in BASELINE_METHODS["clip"] or name in REFUSED.get("clip", ()):
+            continue
+        reading = method_reading(name)
+        own = f"{name}_synthetic"
+        config = own if _has_config(own) and _config_backbone(own) == "clip" else "clip_synthetic"
+        sets = (*view, f"method.name={name}", *_reading_sets(name, reading),
+                *_shared("clip", name, reading))  # fmt: skip
+        if name == "osa":
+            sets = (*sets, f"method.osa.estimator={clip_weights}")
+        rows.append(RowSpec("clip", _row_label(name, reading), config, sets))
+    return rows
+
+
+def budget_sets(row: RowSpec, size: PlanSize) -> tuple[str, ...]:
+    """The schedule of ``row`` in the plan's epoch budget (a warm start's epochs counted).
+
+    SGRAF: the hinge family (the clean reference, the oracle, the hinge with and without the
+    pre-filter) trains over all negatives throughout, 2 warm-up epochs and the rest with
+    ``max_violation`` off, so that the pre-filter, which acts on the epochs after the warm-up,
+    has the same epochs on the hinge as on UGNCL (clean_synthetic's last hardest-negative epoch
+    is left out: it would be the only epoch the pre-filter saw there); a warm-started row its
+    epochs after the shared warm start; UGNCL 2 warm-up epochs, then the rest, lr x 0.1 for the
+    last; any other method 2 warm-up epochs (its own) and the rest. CLIP: every row the same
+    epochs, no warm-up.
+    """
+    if row.backbone == "clip":
+        return (f"train.epochs={size.clip_epochs}", "train.warmup_epochs=0")
+    total, warm = size.sgraf_epochs, size.warm_epochs
+    if total <= warm:
+        raise ValueError(f"sgraf_epochs must exceed warm_epochs ({warm}), got {total}")
+    if row.warm:
+        return ("train.warmup_epochs=0", f"train.epochs={total - warm}",
+                f"model.sgraf.init={START}")  # fmt: skip
+    if row.hinge:
+        return (f"train.warmup_epochs={warm}", f"train.epochs={total - warm}",
+                "method.triplet.max_violation=false")  # fmt: skip
+    if row.config.startswith("ugncl"):
+        return (f"train.warmup_epochs={warm}", f"train.epochs={total - warm}",
+                f"train.lr_update={total - warm - 1}")  # fmt: skip
+    return (f"train.warmup_epochs={warm}", f"train.epochs={total - warm}")
+
+
+def plan_rows_spec(
+    clip_weights: str | Path | None, size: PlanSize = DEFAULT
+) -> tuple[list[RowSpec], list[str]]:
+    """The plan's rows and a note per row left out (a key this build lacks)."""
+    keys = known_keys()
+    specs = sgraf_rows(size, clip_weights)
+    if clip_weights is not None:
+        specs += clip_rows(clip_weights)
+    rows, notes = [], []
+    for spec in specs:
+        missing = [k for k in spec.needs if k not in keys]
+        if missing:
+            notes.append(f"{spec.backbone} {spec.label}: left out ({', '.join(missing)} is not "
+                         "a key of this build)")  # fmt: skip
+        else:
+            rows.append(spec)
+    return rows, notes
+
+
 def default_plan(
     world: str | Path, clip_weights: str | Path | None, size: PlanSize = DEFAULT
 ) -> list[Cell]:
-    """The cells of ``make compare``: both backbones, every method at each noise ratio of
-    ``size``, each backbone's plain baselines also at 0% (on SGRAF the hardest-negative
-    triplet and the clean reference, ``clean_synthetic``), and the all-negatives hinge with
-    the clean reference's schedule (``clean_synthetic`` at noise > 0) beside the
-    hardest-negative hinge; NPC and SDD on SGRAF start from a warm-up cell of the same split
-    and seed. ``clip_weights`` None (a world without a CLIP view): the SGRAF track only, and
-    no OSA there (its estimator is the CLIP stand-in)."""
-    clip_view = (f"model.clip.pretrained={clip_weights}", f"train.epochs={size.clip_epochs}")
-    hinge_schedule, ugncl_schedule = _sgraf_schedules(size.sgraf_epochs)
+    """The cells of ``make compare``: :func:`plan_rows_spec`'s rows at each noise ratio and
+    seed of ``size`` (the clean references at 0%), every row of a backbone in one epoch
+    budget (:func:`budget_sets`), the warm-started rows after one shared warm-up cell of the
+    same split and seed. ``clip_weights`` None (a world without a CLIP view): the SGRAF track
+    only, and no OSA there (its estimator is the CLIP stand-in)."""
+    specs, _ = plan_rows_spec(clip_weights, size)
     cells: list[Cell] = []
     for seed in size.seeds:
         for ratio in (0.0, *size.ratios):
-            add = _CellMaker(cells, str(world), ratio, seed, size.train_images)
-            add("sgraf", "triplet", "triplet_synthetic")
-            # at 0% the clean reference: the plain model's ceiling on this world
-            add("sgraf", "hinge_all", "clean_synthetic", *hinge_schedule)
-            if clip_weights is not None:
-                add("clip", "infonce", "clip_synthetic", *clip_view)
-            if ratio == 0.0:
-                continue
-            # SGRAF track
-            add("sgraf", "ugncl", "ugncl_synthetic", *ugncl_schedule)
-            if clip_weights is not None:
-                add("sgraf", "osa", "osa_sgraf_synthetic", f"method.osa.estimator={clip_weights}")
-            warm = add("sgraf", "warmup", "triplet_synthetic", "train.epochs=0",
-                       f"train.warmup_epochs={size.sgraf_warmup_epochs}", report=False)  # fmt: skip
-            after = ("train.warmup_epochs=0", f"train.epochs={size.sgraf_method_epochs}",
-                     f"model.sgraf.init={START}")  # fmt: skip
-            for method in ("npc", "sdd") + (("infonce",) if size.infonce_on_sgraf else ()):
-                own = {"sdd": SDD_ON_SGRAF, "npc": NPC_ON_SGRAF}.get(method, ())
-                add("sgraf", method, "triplet_synthetic", f"method.name={method}", *after, *own,
-                    start_from=warm)  # fmt: skip
-            if clip_weights is None:
-                continue
-            # CLIP track
-            for method in ("npc", "sdd", "osa"):
-                add("clip", method, f"{method}_synthetic", *clip_view)
-            add("clip", "ugncl", "clip_synthetic", "method.name=ugncl", *clip_view)
+            add = _CellMaker(cells, str(world), ratio, seed, size)
+            mine = [s for s in specs if s.noisy == (ratio > 0)]
+            warm = None
+            if any(s.warm for s in mine):
+                warm = add("sgraf", "warmup", "clean_synthetic", "method.name=triplet",
+                           *_shared("sgraf", "triplet", None), "train.epochs=0",
+                           f"train.warmup_epochs={size.warm_epochs}", report=False)  # fmt: skip
+            for spec in mine:
+                label = spec.label.removesuffix("-clean")
+                add(spec.backbone, label, spec.config, *spec.sets, *budget_sets(spec, size),
+                    start_from=warm if spec.warm else None,
+                    plain=spec.plain or (ratio == 0 and label in PLAIN_LABEL.values()))  # fmt: skip
     return cells
+
+
+#: Seconds per optimiser step of each row, in units of the reference step
+#: (``tools/bench.py method-steps --methods ugncl --steps 30 --threads 1``), validation and
+#: the per-epoch passes included: each label's s/epoch in the last measured 2-core comparison
+#: (docs/comparison.md; 500 images, 79 steps an epoch, reference step 0.16 s) over 79 x 0.16.
+STEP_COST = {
+    ("sgraf", "hinge"): 1.0, ("sgraf", "ugncl"): 1.4, ("sgraf", "npc"): 3.5,
+    ("sgraf", "sdd"): 3.4, ("sgraf", "osa"): 1.7, ("clip", "finetune"): 2.6,
+    ("clip", "npc"): 6.8, ("clip", "sdd"): 4.0, ("clip", "osa"): 3.7, ("clip", "ugncl"): 2.4,
+}  # fmt: skip
+#: A method not measured yet: as dear as the dearest measured on its backbone.
+UNMEASURED = {"sgraf": 3.5, "clip": 6.8}
+#: Each cell's start (imports, data, model) and test pass, in reference steps: about 24 s at
+#: the 0.178 s reference step, from the quick plan's SGRAF cells on the shared machine (25 s
+#: before the first step, 75 s of testing, at 4.2 x the reference step's time there).
+CELL_OVERHEAD_STEPS = 135
+CAPTIONS_PER_IMAGE = 5
+
+
+def _step_cost(cell: Cell) -> float:
+    family = cell.label.split("+")[0].split("-")[0]
+    family = {"clean": "hinge", "oracle": "hinge", "warmup": "hinge"}.get(family, family)
+    return STEP_COST.get((cell.backbone, family), UNMEASURED[cell.backbone])
+
+
+def _cell_epochs(cell: Cell) -> int:
+    values = dict(s.split("=", 1) for s in cell.overrides if "=" in s)
+    return int(values.get("train.epochs", 0)) + int(values.get("train.warmup_epochs", 0))
+
+
+def estimate_seconds(cells: Sequence[Cell], reference_step_s: float, jobs: int = 2) -> float:
+    """The plan's wall time: each cell's epochs x steps per epoch x its step cost
+    (:data:`STEP_COST`) x ``reference_step_s``, plus its start and test
+    (:data:`CELL_OVERHEAD_STEPS`), over ``jobs`` cells at once (the world and the CLIP
+    stand-in not included)."""
+    total = 0.0
+    for cell in cells:
+        values = dict(s.split("=", 1) for s in cell.overrides if "=" in s)
+        pairs = int(values["data.train_images"]) * CAPTIONS_PER_IMAGE
+        steps = -(-pairs // int(values["train.batch_size"]))
+        work = _cell_epochs(cell) * steps * _step_cost(cell) + CELL_OVERHEAD_STEPS
+        total += work * reference_step_s
+    return total / max(1, jobs)
 
 
 # ---------------------------------------------------------------------------- running
@@ -264,15 +529,21 @@ def run_plan(
 
 def plan_rows(cells: Sequence[Cell], out: str | Path) -> list[dict[str, Any]]:
     """The report's rows: each finished reportable cell's :func:`read_run` row with its
-    ``variant`` (the cell's label); ``epochs`` counts a warm start's epochs too (NPC and SDD
-    on SGRAF: the warm-up cell's 2 + their own), the schedule the row's model saw."""
+    ``variant`` (the cell's label) and ``plain`` flag; ``epochs`` and ``steps`` count a warm
+    start's too (NPC and SDD on SGRAF: the warm-up cell's + their own), the schedule the
+    row's model saw."""
     out = Path(out)
     rows = []
     for cell in cells:
         if cell.report and cell_state(out, cell) == "done":
             row = read_run(out / cell.name)
-            row["variant"] = cell.label
-            if cell.start_from and row.get("epochs") is not None:
-                row["epochs"] += epochs_trained(_records(out / cell.start_from))
+            row["variant"], row["plain"] = cell.label, cell.plain
+            if cell.start_from:
+                warm = _records(out / cell.start_from)
+                if row.get("epochs") is not None:
+                    row["epochs"] += epochs_trained(warm)
+                warm_test = test_record(warm)
+                if row.get("steps") is not None and warm_test and warm_test.get("step"):
+                    row["steps"] += int(warm_test["step"])
             rows.append(row)
     return rows

@@ -20,37 +20,53 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ugncl.run.compare import (
-    add_cost_ratio,
-    check_same_noise,
-    format_table,
-)
+import numpy as np
 
-__all__ = ["PLOTS", "group_means", "write_report"]
+from ugncl.run.compare import PLAIN_BASELINE, CompareError, format_table, prepare_rows
+from ugncl.run.compare_claims import claim_pairs, claim_sentence, gain_lines, paired_claim
+
+__all__ = [
+    "PLOTS",
+    "budget_markdown",
+    "claims_markdown",
+    "group_means",
+    "rsum_cell",
+    "write_report",
+]
 
 PLOTS = ("rsum_vs_noise.png", "detection.png", "weights.png")
 _SETS = ("clean", "hard_clean", "hard_noisy", "noisy")
 
 
-def _stats(values: Sequence[float]) -> tuple[float, float]:
+def _stats(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (None for one value: no spread to show)."""
     mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+    if len(values) < 2:
+        return mean, None
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
     return mean, math.sqrt(var)
 
 
+def _line_key(row: dict[str, Any]) -> tuple:
+    return (row.get("backbone"), row.get("head"), row.get("variant") or row.get("method"),
+            row.get("noise_ratio"))  # fmt: skip
+
+
 def group_means(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One line per (backbone, variant, noise ratio): mean and standard deviation of test
-    rSum over seeds, their count, the mean detection metric and the cost."""
+    """One line per (backbone, SGRAF head, variant, noise ratio): mean and standard deviation
+    of test rSum over seeds (None for one seed), their count, the optimiser steps, the mean
+    detection metric, wall time and cost."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        key = (row.get("backbone"), row.get("variant") or row.get("method"), row.get("noise_ratio"))
-        groups.setdefault(key, []).append(row)
+        groups.setdefault(_line_key(row), []).append(row)
     out = []
-    for (backbone, variant, ratio), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    for (backbone, head, variant, ratio), members in sorted(
+        groups.items(), key=lambda kv: str(kv[0])
+    ):
         rsums = [float(r["rsum"]) for r in members if r.get("rsum") is not None]
         mean, std = _stats(rsums) if rsums else (None, None)
 
@@ -58,12 +74,16 @@ def group_means(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             vals = [float(r[key]) for r in members if r.get(key) is not None]
             return sum(vals) / len(vals) if vals else None
 
+        def joined(key: str, members=members) -> str:
+            return "/".join(sorted({str(r.get(key)) for r in members}))
+
         out.append({
-            "backbone": backbone, "variant": variant, "noise_ratio": ratio,
+            "backbone": backbone, "head": head, "variant": variant, "noise_ratio": ratio,
             "seeds": len(rsums), "rsum_mean": mean, "rsum_std": std,
-            "epochs": "/".join(sorted({str(r.get("epochs")) for r in members})),
+            "epochs": joined("epochs"), "steps": joined("steps"),
             "noisy_f1": avg("noisy_f1"), "weight_auc": avg("weight_auc"),
-            "s_per_epoch": avg("s_per_epoch"), "cost_ratio": avg("cost_ratio"),
+            "wall_s": avg("wall_s"), "s_per_epoch": avg("s_per_epoch"),
+            "cost_ratio": avg("cost_ratio"),
             "noise_sha256": ",".join(sorted({str(r.get("noise_sha256")) for r in members})),
         })  # fmt: skip
     return out
@@ -73,19 +93,132 @@ def _fmt(v: Any, spec: str) -> str:
     return "" if v is None else format(v, spec) if isinstance(v, float) else str(v)
 
 
+def rsum_cell(mean: float | None, std: float | None, seeds: int) -> str:
+    """``mean ± sd`` over seeds; one seed: the value and ``1 seed`` (no spread measured)."""
+    if mean is None:
+        return ""
+    if seeds < 2 or std is None:
+        return f"{mean:.1f} (1 seed)"
+    return f"{mean:.1f} ± {std:.1f}"
+
+
+def _model(group: dict[str, Any]) -> str:
+    head = group.get("head")
+    return f"{group['backbone']} ({head.upper()})" if head else str(group["backbone"])
+
+
 def summary_markdown(groups: Sequence[dict[str, Any]]) -> str:
-    header = ("| backbone | method | noise | seeds | epochs | test rSum (mean ± sd) | noise F1 | "
-              "weight AUC | s/epoch | cost x plain | noise sha256 |")  # fmt: skip
-    lines = [header, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+    header = (
+        "| model | method | noise | seeds | epochs | steps | test rSum (mean ± sd) | "
+        "noise F1 | weight AUC | wall s | s/epoch | cost x plain | noise sha256 |"
+    )
+    lines = [header, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for g in groups:
-        rsum = "" if g["rsum_mean"] is None else f"{g['rsum_mean']:.1f} ± {g['rsum_std']:.1f}"
+        rsum = rsum_cell(g["rsum_mean"], g["rsum_std"], g["seeds"])
         lines.append(
-            f"| {g['backbone']} | {g['variant']} | {_fmt(g['noise_ratio'], '.2f')} | "
-            f"{g['seeds']} | {g['epochs']} | {rsum} | {_fmt(g['noisy_f1'], '.3f')} | "
-            f"{_fmt(g['weight_auc'], '.3f')} | {_fmt(g['s_per_epoch'], '.1f')} | "
+            f"| {_model(g)} | {g['variant']} | {_fmt(g['noise_ratio'], '.2f')} | "
+            f"{g['seeds']} | {g['epochs']} | {g['steps']} | {rsum} | "
+            f"{_fmt(g['noisy_f1'], '.3f')} | {_fmt(g['weight_auc'], '.3f')} | "
+            f"{_fmt(g['wall_s'], '.0f')} | {_fmt(g['s_per_epoch'], '.1f')} | "
             f"{_fmt(g['cost_ratio'], '.2f')} | {g['noise_sha256']} |"
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- sentences
+#: Report lines that are controls, not methods (no "what drives the gain" line).
+CONTROLS = ("clean", "oracle", "triplet_clean_pairs", "clip_clean_pairs")
+
+
+def _plain_variants(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Each backbone's plain baseline line: the variant of its rows flagged ``plain`` (a
+    plan's), else :data:`ugncl.run.compare.PLAIN_BASELINE`'s method."""
+    out: dict[str, str] = {}
+    for row in rows:
+        if row.get("plain") and (row.get("noise_ratio") or 0) > 0:
+            out.setdefault(str(row["backbone"]), str(row.get("variant")))
+    for row in rows:
+        backbone = str(row.get("backbone"))
+        if backbone not in out and row.get("method") in PLAIN_BASELINE.get(backbone, ()):
+            out[backbone] = str(row.get("variant") or row.get("method"))
+    return out
+
+
+def _by_line(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, dict[Any, dict]]]:
+    """``{(backbone, head, ratio): {variant: {seed: row}}}`` of the noisy rows."""
+    out: dict[tuple, dict[str, dict[Any, dict]]] = {}
+    for row in rows:
+        if not row.get("noise_ratio") or str(row.get("seed", "")).startswith("mean"):
+            continue
+        key = (row.get("backbone"), row.get("head"), row.get("noise_ratio"))
+        variant = str(row.get("variant") or row.get("method"))
+        out.setdefault(key, {}).setdefault(variant, {})[row.get("seed")] = row
+    return out
+
+
+def claims_markdown(
+    rows: Sequence[dict[str, Any]], hits: Mapping[str, tuple[np.ndarray, np.ndarray] | None]
+) -> list[str]:
+    """The report's pairwise sentences and "what drives the gain", computed from ``rows``
+    and each run's per-query hits (``hits[run]``; None or absent: seeds only)."""
+    plain = _plain_variants(rows)
+    claims, gains = [], []
+    for (backbone, head, ratio), lines in sorted(_by_line(rows).items(), key=str):
+        base = plain.get(str(backbone))
+        if base is None:
+            continue
+        rsums = {v: {s: float(r["rsum"]) for s, r in seeds.items()} for v, seeds in lines.items()}
+        found = {
+            v: {s: hits.get(str(r["run"])) for s, r in seeds.items() if hits.get(str(r["run"]))}
+            for v, seeds in lines.items()
+        }
+        where = f"{backbone} ({head.upper()})" if head else str(backbone)
+        for a, b in claim_pairs(sorted(lines), base):
+            claim = paired_claim(where, ratio, a, b, rsums[a], rsums[b], found[a], found[b])
+            if claim is not None:
+                claims.append(f"- {claim_sentence(claim)}")
+        found_gains = gain_lines(rsums, base, CONTROLS)
+        if found_gains:
+            gains += [f"{where}, noise {ratio:.2f}, over `{base}`:", "", *found_gains, ""]
+    out = ["## Claims", "", *(claims or ["No pair of lines shares a seed."]), ""]
+    out += ["## What drives the gain", "", *(gains or ["No method line beside a plain one."])]
+    return out
+
+
+def budget_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One budget: each backbone's optimiser steps per row (a warm start's counted), the
+    rows that differ named; and the shared hyper-parameters, the rows that depart from the
+    plain baseline's named with their reading."""
+    from ugncl.run.compare import SHARED_KEYS
+
+    plain = _plain_variants(rows)
+    out = ["## Budget and shared settings", ""]
+    for backbone in sorted({str(r.get("backbone")) for r in rows}):
+        mine = [r for r in rows if str(r.get("backbone")) == backbone]
+        steps = {r.get("steps") for r in mine if r.get("steps") is not None}
+        if len(steps) == 1:
+            out.append(f"- {backbone}: every row trains {steps.pop()} optimiser steps.")
+        elif steps:
+            counts: dict[Any, list[str]] = {}
+            for r in mine:
+                counts.setdefault(r.get("steps"), []).append(str(r.get("variant")))
+            parts = "; ".join(f"{k}: {', '.join(sorted(set(v)))}" for k, v in sorted(
+                counts.items(), key=lambda kv: str(kv[0])))  # fmt: skip
+            out.append(f"- {backbone}: the rows differ in optimiser steps ({parts}).")
+        ref = next((r for r in mine if r.get("variant") == plain.get(backbone)), None)
+        if ref is None:
+            continue
+        shared = ", ".join(f"{k} {ref.get(k)}" for k in SHARED_KEYS)
+        out.append(f"- {backbone}: shared settings (`{ref.get('variant')}`): {shared}.")
+        departs: dict[str, list[str]] = {}
+        for r in mine:
+            diff = [f"{k} {r.get(k)}" for k in SHARED_KEYS if r.get(k) != ref.get(k)]
+            if diff:
+                why = (f"its {r['reading']} reading" if r.get("reading") in ("paper", "release")
+                       else "the config")  # fmt: skip
+                departs.setdefault(f"`{r.get('variant')}` ({why}): {', '.join(diff)}", [])
+        out += [f"  - departs: {line}" for line in sorted(departs)]
+    return [*out, ""]
 
 
 # ---------------------------------------------------------------------------- plots
@@ -125,13 +258,15 @@ def _last_weights(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 # One colour per method in every panel and plot (matplotlib's tab10 order), the others grey.
 _COLOURS = {
-    "ugncl": "tab:red", "hinge_all": "tab:blue", "triplet": "tab:gray",
+    "ugncl": "tab:red", "hinge_all": "tab:blue", "hinge": "tab:blue", "finetune": "tab:blue",
+    "oracle": "tab:olive", "clean": "tab:cyan", "triplet": "tab:gray", "clip": "tab:blue",
     "npc": "tab:orange", "sdd": "tab:green", "osa": "tab:purple", "infonce": "tab:brown",
 }  # fmt: skip
 
 
 def _colour(variant: str) -> str:
-    return _COLOURS.get(variant, "black")
+    family = str(variant).split("+")[0].split("-")[0]
+    return _COLOURS.get(variant, _COLOURS.get(family, "black"))
 
 
 def _plot_rsum(groups: Sequence[dict[str, Any]], path: Path, plt: Any) -> None:
@@ -139,12 +274,14 @@ def _plot_rsum(groups: Sequence[dict[str, Any]], path: Path, plt: Any) -> None:
     fig, axes = plt.subplots(1, len(backbones), figsize=(6 * len(backbones), 4.5), squeeze=False)
     for ax, backbone in zip(axes[0], backbones):
         mine = [g for g in groups if g["backbone"] == backbone and g["rsum_mean"] is not None]
-        for variant in sorted({g["variant"] for g in mine}):
-            line = sorted((g for g in mine if g["variant"] == variant),
+        for head, variant in sorted({(g["head"] or "", g["variant"]) for g in mine}):
+            line = sorted((g for g in mine if (g["head"] or "", g["variant"]) == (head, variant)),
                           key=lambda g: g["noise_ratio"])  # fmt: skip
             xs = [g["noise_ratio"] for g in line]
-            ax.errorbar(xs, [g["rsum_mean"] for g in line], yerr=[g["rsum_std"] for g in line],
-                        marker="o", capsize=3, label=variant, color=_colour(variant))  # fmt: skip
+            label = f"{variant} ({head.upper()})" if head == "saf" else variant
+            ax.errorbar(xs, [g["rsum_mean"] for g in line],
+                        yerr=[g["rsum_std"] or 0.0 for g in line], marker="o", capsize=3,
+                        label=label, color=_colour(variant))  # fmt: skip
         top = max((g["noise_ratio"] or 0.0 for g in mine), default=0.0)
         ax.set_xlim(-0.05, max(top, 0.5) + 0.05)
         ax.set_title(f"{backbone}: test rSum (mean ± sd over seeds)")
@@ -229,6 +366,7 @@ def write_report(
     *,
     title: str = "Comparison",
     notes: Sequence[str] = (),
+    hits: Mapping[str, tuple[np.ndarray, np.ndarray] | None] | None = None,
 ) -> list[Path]:
     """Check one noise file per (ratio, seed), fill the cost ratios, and write the report
     files into ``out``; returns their paths.
@@ -240,10 +378,19 @@ def write_report(
         records: each row's ``metrics.jsonl`` records, by its ``run``.
         title: the markdown title.
         notes: lines printed under the title (the plan, the world, failed cells).
+        hits: each run's per-query hit probabilities (``test_queries.npz``), by its ``run``,
+            for the claims' bootstrap over test queries (absent: seeds only).
 
     Raises:
-        CompareError: rows of one noise ratio and seed trained on different noise files.
+        CompareError: no row (nothing finished), or rows of one noise ratio and seed trained
+            on different noise files.
     """
+    if not rows:
+        raise CompareError(
+            f"no finished run to report in {out}: train the plan first (the same command "
+            "without --report-only), or pass finished run folders"
+        )
+    prepare_rows(rows)
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on a server or in CI
@@ -251,10 +398,9 @@ def write_report(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    check_same_noise(rows)
-    add_cost_ratio(rows)
     groups = group_means(rows)
     md = [f"# {title}", "", *notes, "", "## Mean over seeds", "", summary_markdown(groups), "",
+          *budget_markdown(rows), *claims_markdown(rows, hits or {}), "",
           "## Runs", "", format_table(rows, "markdown"), "", "## Plots", "",
           *(f"![{p}]({p})" for p in PLOTS), ""]  # fmt: skip
     paths = [out / "compare.md", out / "compare.csv", out / "compare.json"]

@@ -60,6 +60,20 @@ class Evaluator(Protocol):
         ...
 
 
+#: The test's per-query hit probabilities in a run folder (``ugncl.core.metrics.query_hits``).
+QUERY_HITS_FILE = "test_queries.npz"
+
+
+def save_query_hits(run_dir: Path, hits: dict[str, np.ndarray]) -> Path:
+    """Write the test's per-query hit probabilities (``i2t``, ``t2i``) to the run folder,
+    atomically (a kill leaves the old file or the new one)."""
+    path = Path(run_dir) / QUERY_HITS_FILE
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **hits)
+    tmp.replace(path)
+    return path
+
+
 def _as_is(item: Any) -> Any:
     return item
 
@@ -430,7 +444,11 @@ class Trainer:
         self.method.load_state_dict(state["method_state"])
         epoch = int(state["epoch"]) - 1
         logger.info("testing %s (weights of epoch %d)", path, epoch)
-        return self.evaluate("test", epoch, checkpoint=str(path))
+        record = self.evaluate("test", epoch, checkpoint=str(path))
+        hits = getattr(self.evaluator, "test_query_hits", None)
+        if hits is not None:
+            distributed.on_main(lambda: save_query_hits(self.run_dir, hits))
+        return record
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(self, epoch: int, val: dict[str, Any] | None) -> None:
