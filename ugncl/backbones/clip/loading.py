@@ -238,7 +238,7 @@ def resolve_quick_gelu(
     if requested is not None and found is not None and requested != found:
         raise WeightsError(
             f"quick_gelu={requested} contradicts {source}: {weights.evidence} -> "
-            f"quick_gelu={found}; set model.quick_gelu={str(found).lower()} or leave it unset "
+            f"quick_gelu={found}; set model.clip.quick_gelu={str(found).lower()} or leave it unset "
             "(loading with the other activation runs silently with wrong outputs)"
         )
     if requested is not None:
@@ -248,7 +248,7 @@ def resolve_quick_gelu(
     if weights is not None and config_default is None:
         raise WeightsError(
             f"cannot tell whether {source} was trained with QuickGELU ({weights.evidence}); "
-            "set model.quick_gelu=true (OpenAI CLIP weights and their fine-tunes) or false "
+            "set model.clip.quick_gelu=true (OpenAI CLIP weights and their fine-tunes) or false "
             "(most open_clip LAION/DataComp weights)"
         )
     return bool(config_default)

@@ -98,7 +98,7 @@ def test_explicit_non_quick_gelu_on_openai_weights_is_refused(tmp_path):
 
 def test_file_that_cannot_tell_needs_an_explicit_setting():
     unknown = LoadedWeights({}, None, "the file does not say")
-    with pytest.raises(WeightsError, match="set model.quick_gelu=true"):
+    with pytest.raises(WeightsError, match="set model.clip.quick_gelu=true"):
         resolve_quick_gelu(None, unknown, None, source="w.pt")
     assert resolve_quick_gelu(True, unknown, None, source="w.pt") is True
     assert resolve_quick_gelu(None, unknown, False, source="w.pt") is False  # declared by config
