@@ -52,3 +52,22 @@ def test_the_seed_needs_ugncl(tool, tiny_world, capsys) -> None:
     assert tool("seed_division").main(["--cfg", "clip_synthetic", "--set",
                                        f"data.root={tiny_world}"]) == 2  # fmt: skip
     assert capsys.readouterr().err.startswith("error: the seed division is UGNCL's")
+
+
+def test_a_null_train_seed_is_drawn_and_printed(tool, tiny_world, capsys) -> None:
+    """ugncl_flickr has train.seed: null (the README's command): the folds draw a seed, as a
+    training run does, and the report names it."""
+    argv = ["--cfg", "ugncl_synthetic", "--set", *_data(tiny_world, "data.dev_images=12"),
+            "train.seed=null"]  # fmt: skip
+    assert tool("seed_division").main(argv) == 0
+    out = capsys.readouterr().out
+    assert "train.seed is null: the folds drew seed" in out and "240 training pairs" in out
+
+
+@pytest.mark.parametrize("tool_name", ["seed_division", "make_noise"])
+def test_a_negative_seed_is_refused(tool, tool_name, capsys) -> None:
+    argv = ["--cfg", "ugncl_synthetic"] if tool_name == "seed_division" else ["--name", "x"]
+    with pytest.raises(SystemExit) as exc:
+        tool(tool_name).main([*argv, "--seed", "-5"])
+    assert exc.value.code == 2
+    assert "--seed: -5 is outside [0, 2**32)" in capsys.readouterr().err

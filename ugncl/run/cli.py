@@ -32,7 +32,14 @@ from pathlib import Path
 
 from precomputed.errors import UserError
 
-__all__ = ["OutputPathError", "check_new_file", "check_writable", "cli_main", "error_line"]
+__all__ = [
+    "OutputPathError",
+    "check_new_file",
+    "check_writable",
+    "cli_main",
+    "error_line",
+    "seed_argument",
+]
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -96,6 +103,20 @@ def check_new_file(path: str | Path, force: bool, what: str = "output") -> Path:
             "would no longer match their recorded sha256), or choose another --out"
         )
     return check_writable(path, what)
+
+
+def seed_argument(text: str) -> int:
+    """An argparse ``type`` for a ``--seed``: an integer in [0, 2**32), the range every
+    random generator the package seeds accepts (numpy's legacy one is the narrowest)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{value} is outside [0, 2**32); give e.g. 0")
+    return value
 
 
 def error_line(err: BaseException) -> str:
