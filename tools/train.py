@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     if result.finished_before:
         print(f"run {result.run_dir} is already finished and tested; nothing to do")
         return 0
+    if result.epochs_done == 0:  # train.stop_after_epochs=0: set up, nothing trained yet
+        print(f"run directory: {result.run_dir} (set up; no epoch trained yet: "
+              f"python tools/train.py --resume {result.run_dir} trains it)")  # fmt: skip
+        return 0
     print(f"run directory: {result.run_dir} (best dev rsum {result.best_rsum:.2f})")
     return 0
 

@@ -12,7 +12,8 @@ Usage in ``tools/<name>.py``::
 
 Caught: :class:`UserError` (bad files, bad settings, unreadable checkpoints); an ``OSError``
 that names a file the system refused (no permission, read-only or full disk, a folder where a
-file should be: a path to fix, not a bug); a ``UnicodeDecodeError`` (a text file that is not
+file should be: a path to fix, not a bug); a full disk or quota (``ENOSPC``, ``EDQUOT``) even
+where the failed write names no file; a ``UnicodeDecodeError`` (a text file that is not
 UTF-8). Ctrl-C (``KeyboardInterrupt``) prints one line and exits with 130 (128 + SIGINT, the
 shell's code for an interrupted command) instead of a traceback; ``tools/train.py`` names the
 ``--resume`` command that continues the run. Any other exception is a bug and keeps its
@@ -61,6 +62,11 @@ _PATH_ERRNOS = frozenset(
         "ENOTEMPTY",
     )
     if hasattr(errno, name)
+)
+
+# A full disk or quota: the write that failed may name no file (a write() on an open file).
+_FULL_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT") if hasattr(errno, name)
 )
 
 
@@ -151,6 +157,15 @@ def cli_main(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | N
             )
             return EXIT_USER_ERROR
         except OSError as err:
+            if err.errno in _FULL_ERRNOS:  # a write into a full disk names no file
+                where = f" ({os.fsdecode(err.filename)})" if err.filename is not None else ""
+                print(
+                    f"error: {err.strerror or 'no space left on device'}{where}; free space or "
+                    "write to another folder (run.out_dir, --out). A training run continues "
+                    "from its last saved epoch with python tools/train.py --resume RUN_DIR",
+                    file=sys.stderr,
+                )
+                return EXIT_USER_ERROR
             if err.errno not in _PATH_ERRNOS or err.filename is None:
                 raise
             where = os.fsdecode(err.filename)

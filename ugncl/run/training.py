@@ -94,6 +94,7 @@ class TrainResult:
     best_epoch: int | None
     test: dict[str, Any] | None
     finished_before: bool = False  # a resume of a run that had already finished and tested
+    epochs_done: int | None = None  # epochs completed when the call returned
 
 
 def default_run_name(config_name: str) -> str:
@@ -360,6 +361,13 @@ def _train(
     held: list[Path],
 ) -> TrainResult:
     changes: dict[str, list[Any]] = {}
+    if config.train.warmup_epochs + config.train.epochs < 1:
+        raise ConfigError(
+            f"train.epochs={config.train.epochs} with train.warmup_epochs="
+            f"{config.train.warmup_epochs} trains no epoch, so the run would have no model to "
+            "validate or test; give train.epochs >= 1 (train.stop_after_epochs=0 sets a run "
+            "up and records its setup without training it)"
+        )
     if resume_dir is not None:
         run_dir = Path(resume_dir)
         changes = resume_changes(run_dir, config, restart=restart)
@@ -538,13 +546,16 @@ def _train(
         except KeyboardInterrupt as err:
             raise RunInterrupted(
                 f"python tools/train.py --resume {run_dir} continues the run from its last "
-                f"completed epoch ({trainer.epoch} of {trainer.total_epochs} done)"
+                f"saved epoch ({trainer.saved_epoch} of {trainer.total_epochs} done)"
             ) from err
         test = None
         finished = trainer.epoch >= trainer.total_epochs
         if finished and config.eval.test_after_training:
             test = trainer.test()
-        return TrainResult(run_dir, summary["best_rsum"], summary["best_epoch"], test)
+        return TrainResult(
+            run_dir, summary["best_rsum"], summary["best_epoch"], test,
+            epochs_done=int(summary["epoch"]),
+        )  # fmt: skip
     finally:
         recorder.close()
 
