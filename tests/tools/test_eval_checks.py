@@ -12,15 +12,11 @@ pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 @pytest.fixture(scope="module")
-def best(tmp_path_factory, tiny_world: Path, tiny_model: list[str]) -> Path:
-    from tests.conftest import load_tool
+def best(tmp_path_factory, tiny_world: Path) -> Path:
+    from tests.conftest import load_tool, tiny_run_argv
 
     out = tmp_path_factory.mktemp("evalck")
-    argv = ["--cfg", "triplet_synthetic", "--set", f"data.root={tiny_world}",
-            "data.noise_ratio=0.5", "data.dev_images=12", "data.train_images=null",
-            f"run.out_dir={out}", "run.name=r", "train.batch_size=16", "train.seed=0",
-            "train.eval_batch_size=12", "train.threads=1", "train.warmup_epochs=0",
-            "train.epochs=1", "eval.test_after_training=false", *tiny_model]  # fmt: skip
+    argv = tiny_run_argv(tiny_world, out, "r", "eval.test_after_training=false")
     assert load_tool("train").main(argv) == 0
     return out / "r" / "checkpoints" / "best.pt"
 

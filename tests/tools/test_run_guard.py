@@ -20,17 +20,12 @@ pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, tiny_world: Path, tiny_model: list[str]) -> Path:
+def finished_run(tmp_path_factory, tiny_world: Path) -> Path:
     """A one-epoch triplet run with its best.pt and test record (trained once per module)."""
-    from tests.conftest import load_tool
+    from tests.conftest import load_tool, tiny_run_argv
 
     out = tmp_path_factory.mktemp("guard")
-    argv = ["--cfg", "triplet_synthetic", "--set", f"data.root={tiny_world}",
-            "data.noise_ratio=0.5", "data.dev_images=12", "data.train_images=null",
-            f"run.out_dir={out}", "run.name=done", "train.batch_size=16",
-            "train.eval_batch_size=12", "train.seed=0", "train.threads=1",
-            "train.warmup_epochs=0", "train.epochs=1", *tiny_model]  # fmt: skip
-    assert load_tool("train").main(argv) == 0
+    assert load_tool("train").main(tiny_run_argv(tiny_world, out, "done")) == 0
     return out / "done"
 
 

@@ -14,16 +14,14 @@ pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 @pytest.fixture
-def train(tool, tiny_world: Path, tmp_path: Path, tiny_model: list[str]):
+def train(tool, tiny_world: Path, tmp_path: Path):
     """``tools/train.py`` on the tiny world into ``tmp_path/<name>`` (triplet, one epoch)."""
+    from tests.conftest import tiny_run_argv
+
     main = tool("train").main
 
     def run(name: str, *extra: str) -> int:
-        return main(["--cfg", "triplet_synthetic", "--set", f"data.root={tiny_world}",
-                     "data.noise_ratio=0.5", "data.dev_images=12", "data.train_images=null",
-                     f"run.out_dir={tmp_path}", f"run.name={name}", "train.batch_size=16",
-                     "train.eval_batch_size=12", "train.seed=0", "train.threads=1",
-                     "train.warmup_epochs=0", "train.epochs=1", *tiny_model, *extra])  # fmt: skip
+        return main(tiny_run_argv(tiny_world, tmp_path, name, *extra))
 
     return run
 
