@@ -140,6 +140,10 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "[-1,1]": (lambda v: -1 <= v <= 1, "in [-1, 1]"),
     "seed": (lambda v: 0 <= v < 2**32, "in [0, 2**32) (numpy's seed range)"),
     "threads": (lambda v: 1 <= v <= 4096, "in [1, 4096]"),
+    # Counts of modules or loop steps: a huge value would build or loop without end.
+    "[1,64]": (lambda v: 1 <= v <= 64, "in [1, 64]"),
+    "[0,64]": (lambda v: 0 <= v <= 64, "in [0, 64]"),
+    "workers": (lambda v: 0 <= v <= 1024, "in [0, 1024]"),
 }
 RANGES: dict[str, str] = {
     "data.captions_per_image": ">=1",
@@ -147,7 +151,7 @@ RANGES: dict[str, str] = {
     "data.train_images": ">=1",
     "data.noise_ratio": "[0,1)",
     "data.noise_seed": "seed",
-    "data.num_workers": ">=0",
+    "data.num_workers": "workers",
     "data.max_caption_tokens": ">=3",
     "train.epochs": ">=0",
     "train.warmup_epochs": ">=0",

@@ -315,6 +315,84 @@ def check_weight_files(config: Config) -> None:
             raise ConfigError(f"method.osa.estimator: {err}") from err
 
 
+def check_epochs(config: Config) -> None:
+    """A run trains at least one epoch (``train.stop_after_epochs=0`` is the way to set a run
+    up without training it)."""
+    if config.train.warmup_epochs + config.train.epochs < 1:
+        raise ConfigError(
+            f"train.epochs={config.train.epochs} with train.warmup_epochs="
+            f"{config.train.warmup_epochs} trains no epoch, so the run would have no model to "
+            "validate or test; give train.epochs >= 1 (train.stop_after_epochs=0 sets a run "
+            "up and records its setup without training it)"
+        )
+
+
+@dataclass
+class OpenedRun:
+    """Everything a run trains with, opened and checked before its folder exists."""
+
+    seed: int
+    data: Any
+    model: torch.nn.Module
+    test_split: Any
+    training_data: Any
+    method: Any
+    device: torch.device
+    precision: Any
+
+
+def open_and_check(config: Config, dist_env: distributed.DistEnv, device_name: str) -> OpenedRun:
+    """Seed, open the data (every split the run reads), build the model and the method and
+    score one batch (:func:`preflight`): every check a run makes before its folder appears.
+    Sets torch's thread count (``train.threads``) and the global RNG state.
+
+    Raises:
+        UserError: the first problem found, naming the key or file to fix.
+    """
+    distributed.check_global_batch(config.train.batch_size, dist_env.world)
+    if config.train.threads is not None:
+        torch.set_num_threads(config.train.threads)
+    seed = seed_everything(config.train.seed)  # before the model draws its initial weights
+    data = open_run_data(config)
+    try:
+        model = build_model(config, data)  # a raw-image source takes its transforms from it
+    except RuntimeError as err:  # the allocator's refusal of sizes no memory holds
+        if "allocate" not in str(err) and "overflow" not in str(err):
+            raise
+        raise ConfigError(
+            f"the {config.model.backbone} model does not fit in memory "
+            f"({(str(err).splitlines() or [''])[0][:200]}); lower the model.{config.model.backbone}"
+            ".* sizes"
+        ) from err
+    check_method_backbone(config, model)  # a method that cannot be meaningful here: refused
+    if dist_env.enabled:  # the same initial weights everywhere; dropout masks differ by rank
+        torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
+    test_split = data.open_test() if config.eval.test_after_training else None
+    training_data = data.training_data()
+    method = build_method(config)
+    method.bind_data(config, data, REGISTRY_SERVICES)  # what else it reads, checked now
+    if training_data.num_samples < config.train.batch_size:
+        raise ConfigError(
+            f"train.batch_size={config.train.batch_size} is larger than the training split "
+            f"({training_data.num_samples} samples), so an epoch has no batch; lower "
+            "train.batch_size or use more training data (data.train_images)"
+        )
+    device = select_device(device_name)
+    precision = select_precision(config.train.amp, device)
+    preflight(model, training_data)
+    check_weight_files(config)
+    return OpenedRun(seed, data, model, test_split, training_data, method, device, precision)
+
+
+def check_run(config: Config) -> OpenedRun:
+    """The checks a new run of ``config`` makes before its folder exists, in this process
+    (a world of one), without creating anything: what ``tools/fuzz_config.py`` calls."""
+    check_epochs(config)
+    if config.run.name is not None:
+        check_run_name(config.run.name)
+    return open_and_check(config, distributed.DistEnv(), config.train.device)
+
+
 def train(
     config: Config,
     *,
@@ -361,13 +439,7 @@ def _train(
     held: list[Path],
 ) -> TrainResult:
     changes: dict[str, list[Any]] = {}
-    if config.train.warmup_epochs + config.train.epochs < 1:
-        raise ConfigError(
-            f"train.epochs={config.train.epochs} with train.warmup_epochs="
-            f"{config.train.warmup_epochs} trains no epoch, so the run would have no model to "
-            "validate or test; give train.epochs >= 1 (train.stop_after_epochs=0 sets a run "
-            "up and records its setup without training it)"
-        )
+    check_epochs(config)
     if resume_dir is not None:
         run_dir = Path(resume_dir)
         changes = resume_changes(run_dir, config, restart=restart)
@@ -389,36 +461,13 @@ def _train(
         run_dir = Path(config.run.out_dir) / name
         distributed.on_main(lambda: check_new_run_dir(run_dir))
         distributed.on_main(lambda: check_writable(run_dir.parent / f".{name}.probe", "run folder"))
-    distributed.check_global_batch(config.train.batch_size, dist_env.world)
-    if config.train.threads is not None:
-        torch.set_num_threads(config.train.threads)
     keep_freed_memory()  # no page faults on the largest tensors of each step (allocator.py)
-    seed = seed_everything(config.train.seed)  # before the model draws its initial weights
-
-    # Open and check everything before the run directory exists.
-    data = open_run_data(config)
-    model = build_model(config, data)  # a raw-image source takes its transforms from the model
-    check_method_backbone(config, model)  # a method that cannot be meaningful here: refused
-    if dist_env.enabled:  # the same initial weights everywhere; dropout masks differ by rank
-        torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
-    test_split = data.open_test() if config.eval.test_after_training else None
-    training_data = data.training_data()
-    method = build_method(config)
-    method.bind_data(
-        config, data, REGISTRY_SERVICES
-    )  # what else the method reads is checked before the run
+    opened = open_and_check(config, dist_env, device_name)
+    seed, data, model, method = opened.seed, opened.data, opened.model, opened.method
+    test_split, training_data = opened.test_split, opened.training_data
+    device, precision = opened.device, opened.precision
     wanted = config.data.train_images
     have = training_data.num_samples // max(1, config.data.captions_per_image)
-    if training_data.num_samples < config.train.batch_size:
-        raise ConfigError(
-            f"train.batch_size={config.train.batch_size} is larger than the training split "
-            f"({training_data.num_samples} samples), so an epoch has no batch; lower "
-            "train.batch_size or use more training data (data.train_images)"
-        )
-    device = select_device(device_name)
-    precision = select_precision(config.train.amp, device)
-    preflight(model, training_data)
-    check_weight_files(config)
     last = run_dir / "checkpoints" / "last.pt"
     identity = run_identity(config, training_data.image_index, data)
     state = None
