@@ -142,8 +142,9 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "threads": (lambda v: 1 <= v <= 4096, "in [1, 4096]"),
     # Counts of modules or loop steps: a huge value would build or loop without end.
     "[1,64]": (lambda v: 1 <= v <= 64, "in [1, 64]"),
-    "[0,64]": (lambda v: 0 <= v <= 64, "in [0, 64]"),
     "workers": (lambda v: 0 <= v <= 1024, "in [0, 1024]"),
+    "pixels": (lambda v: 1 <= v <= 16384, "in [1, 16384] (pixels of the image side)"),
+    "[3,65536]": (lambda v: 3 <= v <= 65536, "in [3, 65536] (tokens)"),
 }
 RANGES: dict[str, str] = {
     "data.captions_per_image": ">=1",
@@ -172,8 +173,8 @@ RANGES: dict[str, str] = {
     "train.threads": "threads",
     "train.seed": "seed",
     "eval.memory_budget_mb": ">=1",
-    "model.clip.image_size": ">=1",
-    "model.clip.context_length": ">=3",
+    "model.clip.image_size": "pixels",
+    "model.clip.context_length": "[3,65536]",
     # Methods (each key's meaning is in its section's comments and docs/methods/).
     "method.triplet.margin": ">=0",
     "method.ugncl.tau": ">0",
