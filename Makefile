@@ -23,8 +23,12 @@ $(STAMP): setup.py constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]" $(PIP_QUIET)
 	touch $(STAMP)
 
+# The CPU kernels are pinned to AVX2 (torch's vectorised kernels and MKL's code path), so every
+# x86 machine with AVX2 computes the same numbers for a seed (docs/reproducibility.md).
+PIN_CPU := ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2
+
 demo: $(STAMP)
-	$(PY) tools/demo.py --jobs 2 --threads 1
+	$(PIN_CPU) $(PY) tools/demo.py --jobs 2 --threads 1
 
 # Every method on both backbones, one noisy split, one report folder (runs/compare/: compare.md,
 # .csv, .json and PNG plots). FULL=1: 3 seeds, 80% noise too, the CLIP track at full size.
