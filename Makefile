@@ -23,9 +23,12 @@ $(STAMP): setup.py constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]" $(PIP_QUIET)
 	touch $(STAMP)
 
-# The demo's table goes to the README's demo block (tools/write_results.py, from its records).
+# The CPU kernels are pinned to AVX2 (torch's vectorised kernels and MKL's code path), so every
+# x86 machine with AVX2 computes the same numbers for a seed (docs/reproducibility.md).
+PIN_CPU := ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2
+
 demo: $(STAMP)
-	$(PY) tools/demo.py --jobs 2 --threads 1 --write-results
+	$(PIN_CPU) $(PY) tools/demo.py --jobs 2 --threads 1 --write-results
 
 # The controls and every registered method on both backbones, one noisy split, one step budget
 # per backbone, three seeds; the report folder (runs/compare/: compare.md with the computed

@@ -16,14 +16,23 @@ def _lines(path: Path) -> list[str]:
             "(.txt) or image id TAB caption (.tsv)"
         )
     try:
-        with open(path, encoding="utf-8", newline=None) as f:
-            return f.read().splitlines()
+        # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first
+        # caption's first word.
+        with open(path, encoding="utf-8-sig", newline=None) as f:
+            lines = f.read().splitlines()
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
         raise DataFormatError(
             f"caption file {path} is not UTF-8 text (line {line}, byte {err.start}: {err.reason}); "
             "re-encode it as UTF-8, e.g. iconv -f latin1 -t utf-8"
         ) from err
+    for i, line in enumerate(lines, start=1):
+        if "\0" in line:  # a binary file or a botched concatenation; no tokenizer wants it
+            raise DataFormatError(
+                f"caption file {path}:{i} holds a NUL character (\\0); captions are plain "
+                "text: remove the NUL bytes (e.g. tr -d '\\000') or fix the file's source"
+            )
+    return lines
 
 
 def _check_nonempty(path: Path, lineno: int, caption: str) -> None:

@@ -360,18 +360,37 @@ def _check_files(image_dir: Path, files: Sequence[str], naming: str) -> None:
 
     bad = []
     for f in files:
+        path = os.path.join(image_dir, f)
         try:
-            with Image.open(os.path.join(image_dir, f)):
-                pass
+            with Image.open(path) as img:
+                image_format = img.format
+            if not _has_end_marker(path, image_format):
+                bad.append(f"{image_dir / f} (truncated: no {image_format} end marker)")
         except (OSError, Image.DecompressionBombError) as err:
             bad.append(f"{image_dir / f} ({str(err).splitlines()[0] if str(err) else err})")
-            if len(bad) >= _MISSING_SHOWN:
-                break
+        if len(bad) >= _MISSING_SHOWN:
+            break
     if bad:
         raise DataFormatError(
             f"image file(s) cannot be read as images: {'; '.join(bad)}. Replace them with valid "
             f"images ({_NAMING_HINT[naming]})"
         )
+
+
+# The marker a complete file of the format ends with (JPEG EOI, PNG IEND chunk), looked for in
+# its last bytes: a file cut off by a failed copy lacks it, and only decoding its pixels (in a
+# loader worker, after the run folder exists) would notice otherwise.
+_END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND"}
+_TAIL_BYTES = 1024  # some writers pad after the marker
+
+
+def _has_end_marker(path: str, image_format: str | None) -> bool:
+    marker = _END_MARKERS.get(image_format or "")
+    if marker is None:
+        return True
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(path) - _TAIL_BYTES))
+        return marker in handle.read()
 
 
 def _check_noise(noise_index: np.ndarray, n_cap: int, n_img: int) -> np.ndarray:

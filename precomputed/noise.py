@@ -177,6 +177,13 @@ def load_noise_index(
     try:
         index = np.load(path, allow_pickle=False)
     except (ValueError, EOFError, OSError) as err:
+        if _looks_like_text(path):  # numpy's own advice (allow_pickle) does not fit a text file
+            raise DataFormatError(
+                f"noise file {path} is a text file, not a .npy array: a noisy-caption text "
+                "file of NPC/SDD/OSA is converted to a noise index with "
+                "tools/convert_noise_text.py (--clean-caps, --noisy-caps, --out FILE.npy); "
+                "pass that .npy as data.noise_file"
+            ) from err
         raise DataFormatError(
             f"noise file {path} is not a plain .npy array ({err or type(err).__name__})"
         ) from err
@@ -203,7 +210,7 @@ def load_noise_index(
             raise DataFormatError(
                 f"noise file {path} has length {len(index)} = number of images, not of captions "
                 f"({num_captions}): it looks like an image-level permutation (UGNCL release); "
-                'pass fmt="image" to convert it explicitly'
+                "set data.noise_format=image to convert it explicitly"
             )
         raise DataFormatError(
             f"noise file {path} has length {len(index)}; expected one image index per caption "
@@ -218,8 +225,40 @@ def load_noise_index(
         )
     index = index.astype(np.int64)
     if fmt == "image":
+        check_permutation(index, str(path))
         index = image_permutation_to_caption_index(index, captions_per_image)
     return index
+
+
+def check_permutation(index: np.ndarray, where: str) -> None:
+    """An image-level noise file is a permutation of the images (DECL/RCL/UGNCL shuffle
+    images among themselves): every image appears once.
+
+    Raises:
+        DataFormatError: naming the first repeated image and how many images never appear.
+    """
+    counts = np.bincount(index, minlength=len(index))
+    if (counts == 1).all():
+        return
+    repeated = int(np.flatnonzero(counts > 1)[0])
+    raise DataFormatError(
+        f"image-level noise file {where} is not a permutation of the {len(index)} images: "
+        f"image {repeated} appears {int(counts[repeated])} times and "
+        f"{int((counts == 0).sum())} image(s) never appear; an image-level file "
+        "(data.noise_format=image) must list every image once: write one with "
+        "tools/make_noise.py, or use data.noise_format=caption for a caption-level index"
+    )
+
+
+def _looks_like_text(path: Path) -> bool:
+    """The file's first KiB decodes as UTF-8 text without NUL bytes."""
+    with open(path, "rb") as handle:
+        head = handle.read(1024)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in head
 
 
 def detect_noise_convention(

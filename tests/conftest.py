@@ -71,3 +71,13 @@ def write_tiny_clip_world(root: Path, num_train: int, image_size: int = 32) -> P
                    noise_ratios=(0.5,))  # fmt: skip
     write_clip_images(root, size=image_size)
     return root
+
+
+def tiny_run_argv(world: Path, out: Path, name: str, *extra: str) -> list[str]:
+    """``tools/train.py`` arguments of a one-epoch triplet run on the tiny world (the CPU-sized
+    model, batch 16, seed 0, one thread) into ``out/name``; ``extra`` overrides come last."""
+    return ["--cfg", "triplet_synthetic", "--set", f"data.root={world}", "data.noise_ratio=0.5",
+            "data.dev_images=12", "data.train_images=null", f"run.out_dir={out}",
+            f"run.name={name}", "train.batch_size=16", "train.eval_batch_size=12",
+            "train.seed=0", "train.threads=1", "train.warmup_epochs=0", "train.epochs=1",
+            *TINY_MODEL, *extra]  # fmt: skip

@@ -318,6 +318,13 @@ def train_rows(configs: dict, jobs: int) -> dict[str, tuple[dict, Path, float]]:
     return {name: done[name] for name in configs}
 
 
+def cpu_capability() -> str:
+    """The vectorised kernels torch dispatches to (``AVX2``, ``AVX512``, ``DEFAULT``)."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -380,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "threads": threads,
         "jobs": args.jobs,
+        # The kernels that ran (docs/reproducibility.md: they decide the numbers too).
+        "cpu_capability": cpu_capability(),
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),
         "schedule": args.schedule,
         "rows": rows,
         "ratios": targets,

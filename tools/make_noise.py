@@ -35,7 +35,7 @@ from precomputed.noise import (
     read_noise_file,
     save_noise_index,
 )
-from ugncl.run.cli import check_new_file, cli_main
+from ugncl.run.cli import check_new_file, cli_main, seed_argument
 
 
 @cli_main
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         help="captions per image (default: the known dataset's value, else required)",
     )
     p.add_argument("--ratio", type=float, default=None, help="share of captions to shuffle")
-    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    p.add_argument("--seed", type=seed_argument, default=0, help="noise seed, in [0, 2**32)")
     p.add_argument(
         "--from-image-perm",
         default=None,

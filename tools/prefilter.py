@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from ugncl.core.engine.seed import draw_seed
 from ugncl.core.errors import ConfigError
 from ugncl.core.prefilter import PrefilterSelection, select_pairs, training_pair_pvalues
 from ugncl.run.build import build_model, open_run_data
-from ugncl.run.cli import cli_main
+from ugncl.run.cli import cli_main, seed_argument
 from ugncl.run.config import load_config
 
 
@@ -35,11 +36,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="override config keys, e.g. --set data.root=data/other data.noise_ratio=0.7",
     )  # fmt: skip
     parser.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="the RNG seed of the folds and rivals (default: train.seed)",
-    )
+        "--seed", type=seed_argument, default=None,
+        help="the RNG seed of the folds and rivals (default train.seed; drawn and printed when "
+        "that is null)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser.parse_args(argv)
 
@@ -78,10 +78,16 @@ def prefilter_report(config: Any, seed: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config, _ = load_config(args.cfg, args.set)
-    report = prefilter_report(config, config.train.seed if args.seed is None else args.seed)
+    seed = config.train.seed if args.seed is None else args.seed
+    drawn = seed is None  # as a training run does (ugncl_flickr has train.seed: null)
+    if drawn:
+        seed = draw_seed()
+    report = {**prefilter_report(config, seed), "seed": seed}
     if args.json:
         print(json.dumps(report))
         return 0
+    if drawn:
+        print(f"train.seed is null: the folds drew seed {seed} (--seed {seed} repeats it)")
     print(f"{report['pairs']} training pairs; the pre-filter estimates "
           f"{report['estimated_noisy_share']:.1%} of them noisy")  # fmt: skip
     print(f"it keeps {report['selected']} pairs (prefilter.alpha {report['alpha']}, "

@@ -137,3 +137,17 @@ def test_packed_strings_behave_like_a_list():
     with pytest.raises(IndexError):
         packed[4]
     assert image_colour(0) != image_colour(1)
+
+
+def test_a_truncated_jpeg_is_refused_when_the_split_opens(tmp_path):
+    """A JPEG cut off by a failed copy has a valid header; its missing end marker names it
+    before any run folder exists (decoding would fail only in a loader worker)."""
+    root, _ = write_clip_dataset(tmp_path, num_images=3, cpi=1)
+    path = root / "images" / "1001.jpg"
+    noise = np.random.default_rng(0).integers(0, 256, (128, 128, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(path)  # the scan data is most of the file
+    data = path.read_bytes()
+    assert data.endswith(b"\xff\xd9")
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(DataFormatError, match=r"1001.jpg \(truncated: no JPEG end marker\)"):
+        open_image_split(root, "train", naming="f30k", captions_per_image=1)

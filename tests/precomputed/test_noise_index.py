@@ -63,8 +63,26 @@ def test_image_level_conversion(tmp_path):
     np.save(tmp_path / "p.npy", perm)
     got = load_noise_index(tmp_path / "p.npy", num_images=4, captions_per_image=2, fmt="image")
     assert got.tolist() == [2, 2, 0, 0, 1, 1, 3, 3]
-    with pytest.raises(DataFormatError, match='fmt="image"'):
+    with pytest.raises(DataFormatError, match="set data.noise_format=image"):
         load_noise_index(tmp_path / "p.npy", num_images=4, captions_per_image=2)
+
+
+def test_image_level_file_must_be_a_permutation(tmp_path):
+    """``noise_format=image`` checks what its name promises: np.zeros(4) would move every
+    caption to image 0."""
+    np.save(tmp_path / "z.npy", np.zeros(4, np.int64))
+    with pytest.raises(DataFormatError, match=r"not a permutation.*image 0 appears 4 times.*3"):
+        load_noise_index(tmp_path / "z.npy", num_images=4, captions_per_image=2, fmt="image")
+
+
+def test_noise_text_file_gets_the_converter_hint(tmp_path):
+    """An NPC noisy-caption text file under ``auto`` names tools/convert_noise_text.py, not
+    numpy's allow_pickle advice."""
+    (tmp_path / "0.4_noise_train_caps.txt").write_text("a dog runs\na cat sits\n")
+    with pytest.raises(DataFormatError, match="convert_noise_text.py") as err:
+        load_noise_index(tmp_path / "0.4_noise_train_caps.txt", num_images=1,
+                         captions_per_image=2, fmt="auto")  # fmt: skip
+    assert "allow_pickle" not in str(err.value)
 
 
 @pytest.mark.parametrize(

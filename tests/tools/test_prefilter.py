@@ -61,3 +61,22 @@ def test_any_method_may_ask_and_pixels_are_refused(tool, tiny_world, tmp_path, c
             "model.clip.context_length=24", "model.clip.image_size=16"]  # fmt: skip
     assert tool("prefilter").main(argv) == 2
     assert capsys.readouterr().err.startswith("error: the pre-filter needs region features")
+
+
+def test_a_null_train_seed_is_drawn_and_printed(tool, tiny_world, capsys) -> None:
+    """ugncl_flickr has train.seed: null (the README's command): the folds draw a seed, as a
+    training run does, and the report names it."""
+    argv = ["--cfg", "ugncl_synthetic", "--set", *_data(tiny_world, "data.dev_images=12"),
+            "train.seed=null"]  # fmt: skip
+    assert tool("prefilter").main(argv) == 0
+    out = capsys.readouterr().out
+    assert "train.seed is null: the folds drew seed" in out and "240 training pairs" in out
+
+
+@pytest.mark.parametrize("tool_name", ["prefilter", "make_noise"])
+def test_a_negative_seed_is_refused(tool, tool_name, capsys) -> None:
+    argv = ["--cfg", "ugncl_synthetic"] if tool_name == "prefilter" else ["--name", "x"]
+    with pytest.raises(SystemExit) as exc:
+        tool(tool_name).main([*argv, "--seed", "-5"])
+    assert exc.value.code == 2
+    assert "--seed: -5 is outside [0, 2**32)" in capsys.readouterr().err

@@ -65,6 +65,11 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
         "bench_memory_bank": {"ro": None, "zero": None, "bad": None},
         "bench_prefilter": {"ro": None, "zero": None, "bad": None},
         "gpu_check": {"ro": None, "zero": None, "bad": None},
+        "fuzz_config": {
+            "ro": ["--json", str(ro / "f.json")],
+            "zero": ["--world", str(zero)],
+            "bad": ["--world", str(bad)],
+        },
         "lint_prose": {"ro": None, "zero": None, "bad": None},
         "write_base_config": {"ro": None, "zero": None, "bad": None},
         "build_vocab": {

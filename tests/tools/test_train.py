@@ -297,6 +297,9 @@ def test_failed_setup_leaves_no_run_dir_and_killed_dir_resumes(
     straight = [r for r in read_metrics(tmp_path / "k") if r["event"] == "val"]
     shutil.rmtree(tmp_path / "k" / "checkpoints")
     (tmp_path / "k" / "checkpoints").mkdir()
+    metrics = tmp_path / "k" / "metrics.jsonl"  # killed before its test: no test record
+    kept = [line for line in metrics.read_text().splitlines() if '"event": "test"' not in line]
+    metrics.write_text("".join(f"{line}\n" for line in kept))
     assert train(["--cfg", "ugncl_synthetic", *args("k", "train.epochs=1")]) == 2
     assert "--resume" in capsys.readouterr().err
     assert train(["--resume", str(tmp_path / "k")]) == 0

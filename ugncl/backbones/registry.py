@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ugncl.backbones.clip.backbone import (
     CLIPConfig,
     build_clip_backbone,
@@ -121,7 +123,33 @@ def model_from_file(path: str) -> tuple[SimilarityModel, dict[str, Any]]:
             return clip_from_weights_file(path), {}
         except WeightsError:
             raise err from None
-    return model_from_checkpoint(state), state
+    model = model_from_checkpoint(state)
+    check_weights(model, path)
+    return model, state
+
+
+def check_weights(model: torch.nn.Module, path: str) -> None:
+    """Refuse a model whose weights cannot be a trained model's: a non-finite parameter or
+    buffer, or a BatchNorm running variance below zero (a hand-edited or corrupted file; it
+    would turn every score NaN).
+
+    Raises:
+        CheckpointError: naming the tensor.
+    """
+    for name, tensor in model.state_dict().items():
+        if not torch.is_floating_point(tensor):
+            continue
+        if not torch.isfinite(tensor).all():
+            raise CheckpointError(
+                f"{path}: weight {name} holds NaN or inf; the file is damaged or the run "
+                "diverged: evaluate another checkpoint (best.pt, an earlier run)"
+            )
+        if name.endswith("running_var") and (tensor < 0).any():
+            raise CheckpointError(
+                f"{path}: BatchNorm statistic {name} has negative values (min "
+                f"{float(tensor.min()):.3g}); a variance is >= 0, so the file is damaged or "
+                "was edited: evaluate another checkpoint"
+            )
 
 
 def open_estimator_view(

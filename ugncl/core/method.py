@@ -122,7 +122,10 @@ class Method(nn.Module):
 
     name: ClassVar[str] = "method"
     epoch_record: ClassVar[str] = "epoch_start"
-    nonfinite_hint: ClassVar[str] = "Lower train.lr or check the input features for NaN."
+    nonfinite_hint: ClassVar[str] = (
+        "Lower train.lr, or check the input features for NaN or huge values (their RMS also "
+        "sets the image weight decay through train.image_decay_per_rms)."
+    )
     negatives: ClassVar[str] = "gathered"
     reads_unit_scores: ClassVar[bool] = False
     reads_prefilter: ClassVar[bool] = False

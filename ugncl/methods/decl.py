@@ -224,6 +224,10 @@ class DECLConfig:
     """
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"reading": READINGS}
+    RANGES: ClassVar[dict[str, str]] = {
+        "tau": ">0", "margin": ">=0", "rdh_weight": ">=0", "kl_weight": ">=0", "eta": ">=0",
+        "mu": ">=1",
+    }  # fmt: skip
     # The keys each reading sets beyond this section's own switch (ugncl.run.config.apply_reading):
     # every reading trains with DECL's optimiser, Adam without weight decay (model/DECL.py of the
     # release; the paper's setting), and the paper and release in float32.

@@ -12,7 +12,8 @@ Usage in ``tools/<name>.py``::
 
 Caught: :class:`UserError` (bad files, bad settings, unreadable checkpoints); an ``OSError``
 that names a file the system refused (no permission, read-only or full disk, a folder where a
-file should be: a path to fix, not a bug); a ``UnicodeDecodeError`` (a text file that is not
+file should be: a path to fix, not a bug); a full disk or quota (``ENOSPC``, ``EDQUOT``) even
+where the failed write names no file; a ``UnicodeDecodeError`` (a text file that is not
 UTF-8). Ctrl-C (``KeyboardInterrupt``) prints one line and exits with 130 (128 + SIGINT, the
 shell's code for an interrupted command) instead of a traceback; ``tools/train.py`` names the
 ``--resume`` command that continues the run. Any other exception is a bug and keeps its
@@ -32,7 +33,14 @@ from pathlib import Path
 
 from precomputed.errors import UserError
 
-__all__ = ["OutputPathError", "check_new_file", "check_writable", "cli_main", "error_line"]
+__all__ = [
+    "OutputPathError",
+    "check_new_file",
+    "check_writable",
+    "cli_main",
+    "error_line",
+    "seed_argument",
+]
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -54,6 +62,11 @@ _PATH_ERRNOS = frozenset(
         "ENOTEMPTY",
     )
     if hasattr(errno, name)
+)
+
+# A full disk or quota: the write that failed may name no file (a write() on an open file).
+_FULL_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT") if hasattr(errno, name)
 )
 
 
@@ -98,6 +111,20 @@ def check_new_file(path: str | Path, force: bool, what: str = "output") -> Path:
     return check_writable(path, what)
 
 
+def seed_argument(text: str) -> int:
+    """An argparse ``type`` for a ``--seed``: an integer in [0, 2**32), the range every
+    random generator the package seeds accepts (numpy's legacy one is the narrowest)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{value} is outside [0, 2**32); give e.g. 0")
+    return value
+
+
 def error_line(err: BaseException) -> str:
     """``error: <message>`` on one line (newlines in the message become ``; ``).
 
@@ -130,6 +157,15 @@ def cli_main(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | N
             )
             return EXIT_USER_ERROR
         except OSError as err:
+            if err.errno in _FULL_ERRNOS:  # a write into a full disk names no file
+                where = f" ({os.fsdecode(err.filename)})" if err.filename is not None else ""
+                print(
+                    f"error: {err.strerror or 'no space left on device'}{where}; free space or "
+                    "write to another folder (run.out_dir, --out). A training run continues "
+                    "from its last saved epoch with python tools/train.py --resume RUN_DIR",
+                    file=sys.stderr,
+                )
+                return EXIT_USER_ERROR
             if err.errno not in _PATH_ERRNOS or err.filename is None:
                 raise
             where = os.fsdecode(err.filename)

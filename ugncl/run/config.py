@@ -141,14 +141,24 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     ">=3": (lambda v: v >= 3, ">= 3 (<start>, one word, <end>)"),
     "[0,1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "(0,1)": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "[0,1]": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "(0,1]": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "[-1,1]": (lambda v: -1 <= v <= 1, "in [-1, 1]"),
+    "seed": (lambda v: 0 <= v < 2**32, "in [0, 2**32) (numpy's seed range)"),
+    "threads": (lambda v: 1 <= v <= 4096, "in [1, 4096]"),
+    # Counts of modules or loop steps: a huge value would build or loop without end.
+    "[1,64]": (lambda v: 1 <= v <= 64, "in [1, 64]"),
+    "workers": (lambda v: 0 <= v <= 1024, "in [0, 1024]"),
+    "pixels": (lambda v: 1 <= v <= 16384, "in [1, 16384] (pixels of the image side)"),
+    "[3,65536]": (lambda v: 3 <= v <= 65536, "in [3, 65536] (tokens)"),
 }
 RANGES: dict[str, str] = {
     "data.captions_per_image": ">=1",
     "data.dev_images": ">=1",
     "data.train_images": ">=1",
     "data.noise_ratio": "[0,1)",
-    "data.noise_seed": ">=0",
-    "data.num_workers": ">=0",
+    "data.noise_seed": "seed",
+    "data.num_workers": "workers",
     "data.max_caption_tokens": ">=3",
     "train.epochs": ">=0",
     "train.warmup_epochs": ">=0",
@@ -166,11 +176,72 @@ RANGES: dict[str, str] = {
     "train.log_every": ">=1",
     "train.eval_batch_size": ">=1",
     "train.stop_after_epochs": ">=0",  # 0: open, set up and record, train nothing
-    "train.threads": ">=1",
+    "train.threads": "threads",
+    "train.seed": "seed",
     "eval.memory_budget_mb": ">=1",
     "prefilter.alpha": "(0,1)",
     "prefilter.fdr": "(0,1)",
     "prefilter.epochs": ">=0",
+    "model.clip.image_size": "pixels",
+    "model.clip.context_length": "[3,65536]",
+    # Methods (each key's meaning is in its section's comments and docs/methods/).
+    "method.triplet.margin": ">=0",
+    "method.ugncl.tau": ">0",
+    "method.ugncl.evidence_ceiling": ">0",
+    "method.ugncl.p": "[0,1]",  # Eq. 8: a threshold on the uncertainty u in [0, 1]
+    "method.ugncl.epsilon": "[0,1]",  # a threshold on the soft label in [0, 1]
+    "method.ugncl.null_level": "[0,1]",  # a quantile
+    "method.ugncl.kl_weight": ">=0",
+    "method.ugncl.trl_weight": ">=0",
+    "method.ugncl.margin": ">=0",
+    "method.ugncl.margin_base": ">=0",
+    "method.ugncl.trust_delta": ">=0",
+    "method.ugncl.lambda_delta": ">=0",
+    "method.ugncl.lambda_min": ">=1",
+    "method.ugncl.division_batch_size": ">=2",
+    "method.ugncl.kl_anneal_epochs": ">=0",
+    "method.ugncl.division_lambda_min": ">=1",
+    "method.ugncl.start_separation": ">=0",  # Ashman's D
+    "method.ugncl.start_agreement": "[-1,1]",  # Cohen's kappa
+    "method.ugncl.start_max_wait": ">=0",
+    "method.npc.clean_threshold": "[0,1]",  # a GMM posterior
+    "method.npc.gmm.max_iter": ">=1",
+    "method.npc.gmm.tol": ">0",
+    "method.npc.gmm.reg_covar": ">=0",
+    "method.npc.bank_batch_size": ">=1",
+    "method.npc.bank_loss_weight": ">=0",
+    "method.npc.siamese.lr": ">0",
+    "method.npc.siamese.beta1": "[0,1)",
+    "method.npc.siamese.beta2": "[0,1)",
+    "method.npc.siamese.eps": ">0",
+    "method.npc.siamese.weight_decay": ">=0",
+    "method.sdd.gmm.max_iter": ">=1",
+    "method.sdd.gmm.tol": ">0",
+    "method.sdd.gmm.reg_covar": ">=0",
+    "method.sdd.pass_batch_size": ">=1",
+    "method.sdd.siamese.lr": ">0",
+    "method.sdd.siamese.beta1": "[0,1)",
+    "method.sdd.siamese.beta2": "[0,1)",
+    "method.sdd.siamese.eps": ">0",
+    "method.sdd.siamese.weight_decay": ">=0",
+    "method.osa.margin": ">=0",
+    "method.osa.random_token_high": ">=1",
+    "method.osa.adapt_threshold": "[0,1]",  # a GMM posterior
+    "method.osa.adapt_epochs": ">=0",
+    "method.osa.adapt_lr": ">0",
+    "method.osa.adapt_batch_size": ">=2",
+    "method.osa.logit_scale": ">0",
+    "method.osa.pass_batch_size": ">=1",
+}
+#: Numeric keys without a range, on purpose: thresholds and offsets on a score scale, where
+#: any finite value (negative included) is a setting. A test keeps every numeric key either
+#: here or in a range.
+UNBOUNDED: dict[str, str] = {
+    "method.sdd.alpha": "self-drop threshold on the x100 cosine scale, may be negative",
+    "method.sdd.beta": "clean-set threshold on the x100 cosine scale, may be negative",
+    "method.sdd.auto_alpha_std": "standard deviations from the mean, either side",
+    "method.sdd.auto_beta_std": "standard deviations from the mean, either side",
+    "method.osa.beta": "Eq. 4's reference score, any real number",
 }
 
 
@@ -285,8 +356,8 @@ def apply_reading(tree: dict[str, Any], explicit: set[str]) -> dict[str, Any]:
         return tree
     section = tree.get("method", {}).get(name, {})
     reading = section.get("reading", getattr(spec.config, "reading", "package"))
-    values = readings.get(reading)
-    if values is None:  # an unknown reading: the choice check names the valid ones
+    values = readings.get(reading) if isinstance(reading, str) else None
+    if values is None:  # an unknown reading or a non-word: the checks name the valid ones
         return tree
     layer = [f"{key}={_yaml_scalar(value)}" for key, value in values.items() if key not in explicit]
     return apply_overrides(tree, layer)

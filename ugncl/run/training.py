@@ -29,7 +29,7 @@ from precomputed.errors import UserError
 from precomputed.split import record_noise
 from ugncl.backbones.registry import REGISTRY_SERVICES
 from ugncl.core.config import Config
-from ugncl.core.engine import distributed
+from ugncl.core.engine import distributed, runlock
 from ugncl.core.engine.allocator import keep_freed_memory
 from ugncl.core.engine.checkpoint import clean_partial_files, load_checkpoint
 from ugncl.core.engine.device import select_device, select_precision
@@ -95,6 +95,7 @@ class TrainResult:
     best_epoch: int | None
     test: dict[str, Any] | None
     finished_before: bool = False  # a resume of a run that had already finished and tested
+    epochs_done: int | None = None  # epochs completed when the call returned
 
 
 def default_run_name(config_name: str) -> str:
@@ -119,13 +120,14 @@ def load_resume_config(run_dir: str | Path, overrides: tuple[str, ...] | list[st
     return load_config(path, overrides)[0]
 
 
-def resume_changes(run_dir: Path, config: Config) -> dict[str, list[Any]]:
+def resume_changes(run_dir: Path, config: Config, *, restart: bool = False) -> dict[str, list[Any]]:
     """``{key: [saved, new]}`` of every value ``config`` changes in the run's saved config.
 
     A run that has neither a checkpoint nor a finished method setup has learnt nothing yet
     (its setup failed, e.g. an unreadable ``method.osa.estimator`` or an empty memory bank, or
     it was killed before its first epoch ended): it starts over from epoch 0, so any key may
-    change, and the fixed setting continues the same folder.
+    change, and the fixed setting continues the same folder. So may a ``restart`` (the run is
+    trained again from epoch 0).
 
     Raises:
         ConfigError: a change outside :data:`SAFE_RESUME_KEYS` (it would change the experiment).
@@ -133,8 +135,9 @@ def resume_changes(run_dir: Path, config: Config) -> dict[str, list[Any]]:
     saved = _flatten(load_resume_config(run_dir).to_dict())
     new = _flatten(config.to_dict())
     changes = {k: [saved.get(k), v] for k, v in new.items() if saved.get(k) != v}
-    fresh = not (run_dir / "checkpoints" / "last.pt").is_file() and not any(
-        r.get("event") == "method_setup" for r in _records(run_dir)
+    fresh = restart or (
+        not (run_dir / "checkpoints" / "last.pt").is_file()
+        and not any(r.get("event") == "method_setup" for r in _records(run_dir))
     )
     for key, (old, value) in changes.items():
         if key not in SAFE_RESUME_KEYS and not fresh:
@@ -145,6 +148,39 @@ def resume_changes(run_dir: Path, config: Config) -> dict[str, list[Any]]:
                 f"{key}={value} run.name=NEW)"
             )
     return changes
+
+
+def check_not_finished(run_dir: Path) -> None:
+    """Refuse a resume that would train a run with results again from epoch 0: the run has
+    no ``checkpoints/last.pt`` (deleted to save disk) but a ``best.pt`` or a ``test`` record,
+    which the new attempt would replace.
+
+    Raises:
+        ConfigError: naming what would be lost and the two ways on (``tools/eval.py`` on
+            ``best.pt``, or ``--restart``).
+    """
+    checkpoints = run_dir / "checkpoints"
+    if (checkpoints / "last.pt").is_file():
+        return
+    kept = []
+    if (checkpoints / "best.pt").is_file():
+        kept.append(str(checkpoints / "best.pt"))
+    if any(r.get("event") == "test" for r in _records(run_dir)):
+        kept.append(f"the test record in {run_dir / 'metrics.jsonl'}")
+    if kept:
+        raise ConfigError(
+            f"--resume {run_dir}: the run has no checkpoints/last.pt to continue from but keeps "
+            f"{' and '.join(kept)}; resuming would train it again from epoch 0 and replace "
+            f"them. Evaluate the best model with python tools/eval.py "
+            f"{checkpoints / 'best.pt'}, or pass --restart to train the run again from epoch 0"
+        )
+
+
+def _drop_checkpoints(run_dir: Path) -> None:
+    """Delete the run's checkpoints before a ``--restart`` trains it again: a restart killed
+    before its first epoch ends must not leave the old model beside the new config."""
+    for path in (run_dir / "checkpoints").glob("*.pt"):
+        path.unlink()
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -280,70 +316,62 @@ def check_weight_files(config: Config) -> None:
             raise ConfigError(f"method.osa.estimator: {err}") from err
 
 
-def train(config: Config, *, config_name: str, resume_dir: str | Path | None = None) -> TrainResult:
-    """Train (or resume) the run described by ``config`` and evaluate its best checkpoint.
+def check_epochs(config: Config) -> None:
+    """A run trains at least one epoch (``train.stop_after_epochs=0`` is the way to set a run
+    up without training it)."""
+    if config.train.warmup_epochs + config.train.epochs < 1:
+        raise ConfigError(
+            f"train.epochs={config.train.epochs} with train.warmup_epochs="
+            f"{config.train.warmup_epochs} trains no epoch, so the run would have no model to "
+            "validate or test; give train.epochs >= 1 (train.stop_after_epochs=0 sets a run "
+            "up and records its setup without training it)"
+        )
 
-    A new run writes ``config.yaml`` with the seed actually used; ``resume_dir`` continues
-    the run in that directory from ``checkpoints/last.pt`` (from epoch 0 without one).
 
-    Started by ``torchrun`` (``WORLD_SIZE`` > 1), every process runs this function: rank 0
-    alone writes the run directory, the checkpoints, ``metrics.jsonl`` and TensorBoard
-    (``ugncl.core.engine.distributed`` says what is sharded).
+@dataclass
+class OpenedRun:
+    """Everything a run trains with, opened and checked before its folder exists."""
+
+    seed: int
+    data: Any
+    model: torch.nn.Module
+    test_split: Any
+    training_data: Any
+    method: Any
+    device: torch.device
+    precision: Any
+
+
+def open_and_check(config: Config, dist_env: distributed.DistEnv, device_name: str) -> OpenedRun:
+    """Seed, open the data (every split the run reads), build the model and the method and
+    score one batch (:func:`preflight`): every check a run makes before its folder appears.
+    Sets torch's thread count (``train.threads``) and the global RNG state.
+
+    Raises:
+        UserError: the first problem found, naming the key or file to fix.
     """
-    dist_env, device_name = distributed.init_from_env(config.train.device)
-    try:
-        return _train(config, config_name, resume_dir, dist_env, device_name)
-    except Exception as err:
-        if dist_env.enabled and distributed.is_collective_failure(err):
-            where = resume_dir or Path(config.run.out_dir) / (config.run.name or config_name)
-            raise distributed.rank_lost(err, where) from err
-        raise
-    finally:
-        if dist_env.enabled:
-            distributed.shutdown()
-
-
-def _train(
-    config: Config,
-    config_name: str,
-    resume_dir: str | Path | None,
-    dist_env: distributed.DistEnv,
-    device_name: str,
-) -> TrainResult:
-    changes: dict[str, list[Any]] = {}
-    if resume_dir is not None:
-        run_dir = Path(resume_dir)
-        changes = resume_changes(run_dir, config)
-    else:
-        if config.train.seed is None:  # rank 0's draw, for every rank
-            seed = distributed.broadcast_object(draw_seed())
-            config = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
-        name = distributed.broadcast_object(config.run.name or default_run_name(config_name))
-        config = dataclasses.replace(config, run=dataclasses.replace(config.run, name=name))
-        check_run_name(name)
-        run_dir = Path(config.run.out_dir) / name
-        distributed.on_main(lambda: check_new_run_dir(run_dir))
-        distributed.on_main(lambda: check_writable(run_dir.parent / f".{name}.probe", "run folder"))
     distributed.check_global_batch(config.train.batch_size, dist_env.world)
     if config.train.threads is not None:
         torch.set_num_threads(config.train.threads)
-    keep_freed_memory()  # no page faults on the largest tensors of each step (allocator.py)
     seed = seed_everything(config.train.seed)  # before the model draws its initial weights
-
-    # Open and check everything before the run directory exists.
     data = open_run_data(config)
-    model = build_model(config, data)  # a raw-image source takes its transforms from the model
+    try:
+        model = build_model(config, data)  # a raw-image source takes its transforms from it
+    except RuntimeError as err:  # the allocator's refusal of sizes no memory holds
+        if "allocate" not in str(err) and "overflow" not in str(err):
+            raise
+        raise ConfigError(
+            f"the {config.model.backbone} model does not fit in memory "
+            f"({(str(err).splitlines() or [''])[0][:200]}); lower the model.{config.model.backbone}"
+            ".* sizes"
+        ) from err
     check_method_backbone(config, model)  # a method that cannot be meaningful here: refused
     if dist_env.enabled:  # the same initial weights everywhere; dropout masks differ by rank
         torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
     method = build_method(config)
-    method.bind_data(
-        config, data, REGISTRY_SERVICES
-    )  # what else the method reads is checked before the run
-    wanted = config.data.train_images
-    have = training_data.num_samples // max(1, config.data.captions_per_image)
+    method.bind_data(config, data, REGISTRY_SERVICES)  # what else it reads, checked now
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(
             f"train.batch_size={config.train.batch_size} is larger than the training split "
@@ -354,10 +382,97 @@ def _train(
     precision = select_precision(config.train.amp, device)
     preflight(model, training_data)
     check_weight_files(config)
+    return OpenedRun(seed, data, model, test_split, training_data, method, device, precision)
+
+
+def check_run(config: Config) -> OpenedRun:
+    """The checks a new run of ``config`` makes before its folder exists, in this process
+    (a world of one), without creating anything: what ``tools/fuzz_config.py`` calls."""
+    check_epochs(config)
+    if config.run.name is not None:
+        check_run_name(config.run.name)
+    return open_and_check(config, distributed.DistEnv(), config.train.device)
+
+
+def train(
+    config: Config,
+    *,
+    config_name: str,
+    resume_dir: str | Path | None = None,
+    restart: bool = False,
+) -> TrainResult:
+    """Train (or resume) the run described by ``config`` and evaluate its best checkpoint.
+
+    A new run writes ``config.yaml`` with the seed actually used; ``resume_dir`` continues
+    the run in that directory from ``checkpoints/last.pt`` (from epoch 0 without one). A run
+    without ``last.pt`` that keeps a ``best.pt`` or a ``test`` record is refused
+    (:func:`check_not_finished`) unless ``restart``: then it is trained again from epoch 0,
+    its checkpoints and epoch records replaced. The process holds the run folder's lock
+    (:mod:`ugncl.core.engine.runlock`) for the whole run.
+
+    Started by ``torchrun`` (``WORLD_SIZE`` > 1), every process runs this function: rank 0
+    alone writes the run directory, the checkpoints, ``metrics.jsonl`` and TensorBoard
+    (``ugncl.core.engine.distributed`` says what is sharded).
+    """
+    dist_env, device_name = distributed.init_from_env(config.train.device)
+    held: list[Path] = []  # the run folder whose lock this process took
+    try:
+        return _train(config, config_name, resume_dir, dist_env, device_name, restart, held)
+    except Exception as err:
+        if dist_env.enabled and distributed.is_collective_failure(err):
+            where = resume_dir or Path(config.run.out_dir) / (config.run.name or config_name)
+            raise distributed.rank_lost(err, where) from err
+        raise
+    finally:
+        for folder in held:
+            runlock.release(folder)
+        if dist_env.enabled:
+            distributed.shutdown()
+
+
+def _train(
+    config: Config,
+    config_name: str,
+    resume_dir: str | Path | None,
+    dist_env: distributed.DistEnv,
+    device_name: str,
+    restart: bool,
+    held: list[Path],
+) -> TrainResult:
+    changes: dict[str, list[Any]] = {}
+    check_epochs(config)
+    if resume_dir is not None:
+        run_dir = Path(resume_dir)
+        changes = resume_changes(run_dir, config, restart=restart)
+
+        def hold() -> None:
+            runlock.acquire(run_dir)
+            held.append(run_dir)
+
+        distributed.on_main(hold)
+        if not restart:
+            check_not_finished(run_dir)
+    else:
+        if config.train.seed is None:  # rank 0's draw, for every rank
+            seed = distributed.broadcast_object(draw_seed())
+            config = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+        name = distributed.broadcast_object(config.run.name or default_run_name(config_name))
+        config = dataclasses.replace(config, run=dataclasses.replace(config.run, name=name))
+        check_run_name(name)
+        run_dir = Path(config.run.out_dir) / name
+        distributed.on_main(lambda: check_new_run_dir(run_dir))
+        distributed.on_main(lambda: check_writable(run_dir.parent / f".{name}.probe", "run folder"))
+    keep_freed_memory()  # no page faults on the largest tensors of each step (allocator.py)
+    opened = open_and_check(config, dist_env, device_name)
+    seed, data, model, method = opened.seed, opened.data, opened.model, opened.method
+    test_split, training_data = opened.test_split, opened.training_data
+    device, precision = opened.device, opened.precision
+    wanted = config.data.train_images
+    have = training_data.num_samples // max(1, config.data.captions_per_image)
     last = run_dir / "checkpoints" / "last.pt"
     identity = run_identity(config, training_data.image_index, data)
     state = None
-    if resume_dir is not None and last.is_file():
+    if resume_dir is not None and last.is_file() and not restart:
         state = load_checkpoint(last, map_location="cpu")
         data.check_checkpoint(state, str(last))
         check_identity(state, config, identity, last)
@@ -371,11 +486,16 @@ def _train(
             )
 
     if resume_dir is None:
+
+        def populate(folder: Path) -> None:
+            _write_config(config, folder)
+            runlock.write_lock(folder)  # the folder appears held by this process
+
         run_dir = distributed.on_main(
-            lambda: create_run_dir(
-                config.run.out_dir, config.run.name, populate=lambda d: _write_config(config, d)
-            )
+            lambda: create_run_dir(config.run.out_dir, config.run.name, populate=populate)
         )
+        if dist_env.is_main:
+            held.append(run_dir)
     if dist_env.is_main:
         setup_logging(run_dir / "train.log")
     if (
@@ -393,6 +513,8 @@ def _train(
     total = config.train.warmup_epochs + config.train.epochs
     if resume_dir is not None:
         distributed.on_main(lambda: clean_partial_files(run_dir / "checkpoints"))
+        if restart:
+            distributed.on_main(lambda: _drop_checkpoints(run_dir))
         tested = distributed.on_main(lambda: any(r["event"] == "test" for r in _records(run_dir)))
         if state is not None and epoch >= total and (tested or not config.eval.test_after_training):
             logger.info("run %s is finished (epoch %d of %d) and tested; nothing to do "
@@ -476,13 +598,16 @@ def _train(
         except KeyboardInterrupt as err:
             raise RunInterrupted(
                 f"python tools/train.py --resume {run_dir} continues the run from its last "
-                f"completed epoch ({trainer.epoch} of {trainer.total_epochs} done)"
+                f"saved epoch ({trainer.saved_epoch} of {trainer.total_epochs} done)"
             ) from err
         test = None
         finished = trainer.epoch >= trainer.total_epochs
         if finished and config.eval.test_after_training:
             test = trainer.test()
-        return TrainResult(run_dir, summary["best_rsum"], summary["best_epoch"], test)
+        return TrainResult(
+            run_dir, summary["best_rsum"], summary["best_epoch"], test,
+            epochs_done=int(summary["epoch"]),
+        )  # fmt: skip
     finally:
         recorder.close()
 

@@ -260,3 +260,27 @@ def test_ncr_two_ranks_train_like_one_process(
                 if r["event"] == "noise_detection"]  # fmt: skip
 
     assert divisions(tmp_path / "one") == divisions(tmp_path / "two") != []
+
+
+def test_sgraf_two_ranks_equal_one_without_dropout_and_batch_statistics(
+    tiny_world: Path, tiny_model: list[str], tmp_path: Path
+) -> None:
+    """SGRAF's two differences between 1 and N gloo processes are dropout (each rank draws
+    its own masks) and BatchNorm's batch statistics (a rank normalises by its micro-batch; CPU
+    PyTorch has no SyncBatchNorm): with both off, every logged loss of a 2-rank triplet run is
+    the 1-process loss, although each rank pads its captions to its own longest one. So the
+    per-rank padding and the logged reduction (the global batch's loss) are exact
+    (docs/distributed.md, "BatchNorm and dropout")."""
+    args = [
+        "--cfg", "triplet_synthetic", "--set", f"data.root={tiny_world}",
+        "data.noise_ratio=0.5", "data.dev_images=12", "data.train_images=null",
+        f"run.out_dir={tmp_path}", "train.batch_size=16", "train.eval_batch_size=12",
+        "train.log_every=1", "train.seed=0", "train.threads=1", "train.warmup_epochs=0",
+        "train.epochs=1", "eval.test_after_training=false", *tiny_model,
+    ]  # fmt: skip
+    ok(launch(1, ["--no-batch-stats"], [*args, "run.name=one"]))
+    ok(launch(2, ["--no-batch-stats"], [*args, "run.name=two"]))
+    a, b = _curves(tmp_path / "one"), _curves(tmp_path / "two")
+    assert a["steps"] == b["steps"] == list(range(1, 16))
+    np.testing.assert_allclose(b["loss"][:5], a["loss"][:5], rtol=1e-5)
+    np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)  # Adam steps add rounding

@@ -315,3 +315,44 @@ def test_plain_baselines_keep_the_releases_optimiser() -> None:
             0.0,
             None,
         )
+
+
+def _numeric_keys() -> list[str]:
+    import typing
+
+    from ugncl.run.config import config_class
+
+    def walk(cls: type, prefix: str):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            if dataclasses.is_dataclass(hint):
+                yield from walk(hint, f"{prefix}{f.name}.")
+            elif {int, float} & set(typing.get_args(hint) or (hint,)):
+                yield f"{prefix}{f.name}"
+
+    return list(walk(config_class(), ""))
+
+
+def test_every_numeric_key_has_a_range_or_is_unbounded_on_purpose() -> None:
+    from ugncl.run.config import UNBOUNDED, ranges
+
+    keys = _numeric_keys()
+    assert "method.ugncl.p" in keys and "train.lr" in keys
+    missing = [k for k in keys if k not in ranges() and k not in UNBOUNDED]
+    assert not missing, f"numeric keys with neither a range nor an UNBOUNDED entry: {missing}"
+    assert not set(ranges()) & set(UNBOUNDED)
+
+
+@pytest.mark.parametrize(
+    "override, wording",
+    [
+        ("method.ugncl.p=2", r"method.ugncl.p' must be in \[0, 1\], got 2.0"),
+        ("train.seed=-1", r"train.seed' must be in \[0, 2\*\*32\)"),
+        ("method.npc.clean_threshold=1.5", r"in \[0, 1\]"),
+        ("prefilter.fdr=0", r"in \(0, 1\)"),
+    ],
+)
+def test_documented_ranges_are_checked(override: str, wording: str) -> None:
+    with pytest.raises(ConfigError, match=wording):
+        load_config("ugncl_synthetic", [override])

@@ -238,7 +238,7 @@ def resolve_quick_gelu(
     if requested is not None and found is not None and requested != found:
         raise WeightsError(
             f"quick_gelu={requested} contradicts {source}: {weights.evidence} -> "
-            f"quick_gelu={found}; set model.quick_gelu={str(found).lower()} or leave it unset "
+            f"quick_gelu={found}; set model.clip.quick_gelu={str(found).lower()} or leave it unset "
             "(loading with the other activation runs silently with wrong outputs)"
         )
     if requested is not None:
@@ -248,7 +248,7 @@ def resolve_quick_gelu(
     if weights is not None and config_default is None:
         raise WeightsError(
             f"cannot tell whether {source} was trained with QuickGELU ({weights.evidence}); "
-            "set model.quick_gelu=true (OpenAI CLIP weights and their fine-tunes) or false "
+            "set model.clip.quick_gelu=true (OpenAI CLIP weights and their fine-tunes) or false "
             "(most open_clip LAION/DataComp weights)"
         )
     return bool(config_default)
@@ -301,6 +301,10 @@ def _jit_state_dict(path: Path) -> dict[str, Tensor]:
         ) from e
 
 
+#: Weights every CLIP model's state dict has (OpenAI's clip/model.py and open_clip alike).
+CLIP_KEYS = ("token_embedding.weight", "ln_final.weight", "text_projection")
+
+
 def convert_torchscript(src: str | Path, dst: str | Path) -> LoadedWeights:
     """One-time conversion of a TorchScript CLIP archive into a weights_only-loadable file.
 
@@ -312,5 +316,13 @@ def convert_torchscript(src: str | Path, dst: str | Path) -> LoadedWeights:
     if not is_torchscript_archive(p):
         raise WeightsError(f"{p} is not a TorchScript archive; it loads directly as pretrained")
     raw = _jit_state_dict(p)
+    missing = [k for k in CLIP_KEYS if k not in raw]
+    if missing or not any(k.startswith("visual.") for k in raw):
+        shown = ", ".join(list(raw)[:3]) or "none"
+        raise WeightsError(
+            f"{p} is a TorchScript archive but holds no CLIP model (no "
+            f"{', '.join(missing) or 'visual.* weights'}; its first weights: {shown}); "
+            "convert OpenAI's CLIP archive (e.g. ViT-B-32.pt)"
+        )
     out = save_checkpoint({k: v.detach().clone() for k, v in raw.items()}, dst)
     return read_weights(out)

@@ -41,7 +41,8 @@ class SGRAFConfig:
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"head": HEADS}
     RANGES: ClassVar[dict[str, str]] = {
         "word_dim": ">=1", "img_dim": ">=1", "embed_dim": ">=1", "sim_dim": ">=1",
-        "num_regions": ">=1", "num_views": ">=1", "sgr_steps": ">=0", "word_dropout": "[0,1)",
+        "num_regions": ">=1", "num_views": "[1,64]", "sgr_steps": "[1,64]",
+        "word_dropout": "[0,1)",
         "block_captions": ">=1",
     }  # fmt: skip
 

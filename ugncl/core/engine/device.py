@@ -27,7 +27,12 @@ def select_device(name: str = "auto") -> torch.device:
     """``auto`` -> CUDA when present, else CPU. An explicit CUDA request without CUDA fails."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:  # "Invalid device string"
+        raise InvalidSettingError(
+            f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N"
+        ) from err
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InvalidSettingError(
             f"train.device={name!r} but CUDA is not available here; use train.device=auto or cpu"

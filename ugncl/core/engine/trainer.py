@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from precomputed.errors import UserError
 from ugncl.core.data import PairBatch, TrainingData
 from ugncl.core.engine import distributed
 from ugncl.core.engine.checkpoint import (
@@ -45,8 +46,9 @@ logger = logging.getLogger(__name__)
 TRAIN_STREAM = 0  # RNG stream of the training order
 
 
-class NonFiniteLossError(FloatingPointError):
-    """A loss term turned NaN/inf; the message names the term and the step."""
+class NonFiniteLossError(UserError, FloatingPointError):
+    """A loss term turned NaN/inf; the message names the term, the step and the setting to
+    change (a ``UserError``: the tools print it as one ``error:`` line)."""
 
 
 class Evaluator(Protocol):
@@ -157,6 +159,7 @@ class Trainer:
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.use_grad_scaler)
         self.epoch = 0  # epochs completed
+        self.saved_epoch = 0  # epochs completed that checkpoints/last.pt holds
         self.global_step = 0
         self.best_rsum = -math.inf
         self.best_epoch: int | None = None
@@ -371,7 +374,9 @@ class Trainer:
             values = {k: float(v.detach()) for k, v in terms.items() if v.numel() == 1}
             raise NonFiniteLossError(
                 f"loss term {bad[0]!r} is non-finite at epoch {step.epoch}, step "
-                f"{step.global_step} (all terms: {values}). {self.method.nonfinite_hint}"
+                f"{step.global_step} (all terms: {values}; train.lr is now {step.lr:g}). "
+                f"{self.method.nonfinite_hint} A new run takes the change: --cfg "
+                f"{self.run_dir / 'config.yaml'} --set train.lr=... run.name=NEW"
             )
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(total).backward()
@@ -465,6 +470,7 @@ class Trainer:
                 copy_checkpoint(ckpt_dir / "last.pt", ckpt_dir / "best.pt")
                 logger.info("epoch %d: new best rsum %.2f -> %s", epoch, self.best_rsum, ckpt_dir)
         distributed.barrier()
+        self.saved_epoch = self.epoch
 
     def state_dict(self, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
         """A plain dict (``torch.load(weights_only=True)``) with everything resume needs
@@ -522,6 +528,7 @@ class Trainer:
         else:
             restore_rng_state(state["rng"])
         self.epoch = int(state["epoch"])
+        self.saved_epoch = self.epoch
         self.global_step = int(state["global_step"])
         self.best_rsum = float(state["best_rsum"])
         self.best_epoch = state["best_epoch"]

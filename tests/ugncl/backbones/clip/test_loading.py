@@ -98,7 +98,7 @@ def test_explicit_non_quick_gelu_on_openai_weights_is_refused(tmp_path):
 
 def test_file_that_cannot_tell_needs_an_explicit_setting():
     unknown = LoadedWeights({}, None, "the file does not say")
-    with pytest.raises(WeightsError, match="set model.quick_gelu=true"):
+    with pytest.raises(WeightsError, match="set model.clip.quick_gelu=true"):
         resolve_quick_gelu(None, unknown, None, source="w.pt")
     assert resolve_quick_gelu(True, unknown, None, source="w.pt") is True
     assert resolve_quick_gelu(None, unknown, False, source="w.pt") is False  # declared by config
@@ -120,9 +120,12 @@ def test_torchscript_archive_is_refused_then_converted(tmp_path, tool):
             super().__init__()
             self.register_buffer("input_resolution", torch.tensor(224))
             self.ln_final = nn.LayerNorm(4)
+            self.token_embedding = nn.Embedding(3, 4)
+            self.text_projection = nn.Parameter(torch.zeros(4, 4))
+            self.visual = nn.Linear(4, 4)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.ln_final(x)
+            return self.visual(self.ln_final(x)) @ self.text_projection
 
     src, dst = tmp_path / "ViT-B-32.pt", tmp_path / "converted.pt"
     torch.jit.script(Jit()).save(str(src))
@@ -131,8 +134,19 @@ def test_torchscript_archive_is_refused_then_converted(tmp_path, tool):
     assert tool("convert_clip").main([str(src), str(dst)]) == 0
     converted = read_weights(dst)
     assert converted.quick_gelu is True and "input_resolution" in converted.evidence
-    assert set(converted.state_dict) == {"ln_final.weight", "ln_final.bias"}
+    assert {"ln_final.weight", "token_embedding.weight", "visual.weight"} <= set(
+        converted.state_dict
+    )
     assert tool("convert_clip").main([str(dst), str(tmp_path / "again.pt")]) == 2
+
+
+def test_a_torchscript_archive_without_a_clip_model_is_refused(tmp_path, tool, capsys):
+    src, dst = tmp_path / "linear.pt", tmp_path / "out.pt"
+    torch.jit.script(nn.Linear(3, 2)).save(str(src))
+    assert tool("convert_clip").main([str(src), str(dst)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "holds no CLIP model" in lines[0] and "weight" in lines[0]
+    assert not dst.exists()
 
 
 def test_pickled_objects_and_non_state_dicts_are_refused(tmp_path):
