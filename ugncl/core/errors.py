@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from precomputed.errors import UserError
 
-__all__ = ["ConfigError"]
+__all__ = ["ConfigError", "UserError"]
 
 
 class ConfigError(UserError, ValueError):

@@ -20,7 +20,6 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from precomputed.errors import UserError
 from ugncl.core.data import PairBatch, TrainingData
 from ugncl.core.engine import distributed
 from ugncl.core.engine.checkpoint import (
@@ -37,6 +36,7 @@ from ugncl.core.engine.distributed import DistEnv
 from ugncl.core.engine.recorder import MetricsRecorder
 from ugncl.core.engine.sampling import batch_indices, epoch_order
 from ugncl.core.engine.seed import capture_rng_state, restore_rng_state
+from ugncl.core.errors import UserError
 from ugncl.core.method import Method
 from ugncl.core.optim import Schedule
 from ugncl.core.prefilter import Prefilter, PrefilterSelection, training_pair_pvalues
