@@ -125,6 +125,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.noise_format": ("caption", "image", "auto"),
     "data.clip.naming": ("auto", "f30k", "coco", "cc"),
     "data.clip.layout": ("auto", "scan_split", "osa"),
+    "eval.precision": ("fp32", "bf16", "tf32"),
 }
 
 # Numeric ranges checked at load (rule name -> (test, wording)); null passes for optional keys.
