@@ -58,12 +58,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
+import math
 import os
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sgraf.functional import l2norm
@@ -567,6 +570,223 @@ def bench_method_steps(args: argparse.Namespace) -> dict:
     return {"set": args.set, "steps": args.steps, "threads": args.threads, "results": results}
 
 
+# ----------------------------------------------------------------------------------------
+# Launches: operator counts of a UGNCL step and a COCO-5K evaluation (CPU, counted)
+# ----------------------------------------------------------------------------------------
+#: Words per caption (mean, sd, longest) of Flickr30K and COCO captions; lengths are drawn
+#: from a log-normal with that mean and sd, clipped, plus <start>/<end>.
+FLICKR_WORDS = (12.3, 5.2, 78)
+COCO_WORDS = (10.5, 2.4, 50)
+#: The paper's SGRAF sizes: word 300, image features 2048, embed 1024, sim 256, 36 regions.
+PAPER_SGRAF = {"word_dim": 300, "img_dim": 2048, "embed_dim": 1024, "sim_dim": 256}
+TINY_DIMS = {"word_dim": 8, "img_dim": 2048, "embed_dim": 16, "sim_dim": 8}
+
+
+def caption_lengths(n: int, words: tuple[float, float, int], seed: int = 0) -> torch.Tensor:
+    """(n,) token lengths (words + <start>/<end>) of captions whose word counts follow a
+    log-normal with ``words`` = (mean, sd, longest)."""
+    mean, sd, longest = words
+    sigma2 = math.log(1 + (sd / mean) ** 2)
+    gen = torch.Generator().manual_seed(seed)
+    draw = torch.randn(n, generator=gen) * math.sqrt(sigma2) + math.log(mean) - sigma2 / 2
+    return draw.exp().round().clamp(1, longest).long() + 2
+
+
+def paper_plan(views: int, budget: int):
+    """A ``plan_grid`` that plans as the paper-size SGR head would under ``budget``: the
+    counted model is tiny (the launches of a block do not depend on its widths), the grid
+    is the paper model's."""
+    from sgraf.scoring import bytes_per_pair, plan_blocks
+
+    def plan(head, img_shape, itemsize, lengths_cpu, _budget, *, split_images=True):
+        pair = views * bytes_per_pair(
+            int(lengths_cpu.max()), 36, PAPER_SGRAF["embed_dim"], PAPER_SGRAF["sim_dim"],
+            head="sgr", sgr_steps=3, itemsize=4, autograd=torch.is_grad_enabled(),
+        )  # fmt: skip
+        return plan_blocks(img_shape[1], lengths_cpu.numel(), pair, budget,
+                           split_images=split_images)  # fmt: skip
+
+    return plan
+
+
+def _ugncl_step_setup(batch: int, views: int, seed: int):
+    """A UGNCL method, a tiny W-view SGRAF and its trainer on the synthetic world, and a
+    batch of ``batch`` pairs with Flickr30K caption lengths."""
+    import tempfile
+
+    from ugncl.core.data import PairBatch
+    from ugncl.core.engine.device import select_precision
+    from ugncl.core.engine.recorder import MetricsRecorder
+    from ugncl.core.engine.trainer import Trainer
+    from ugncl.run.build import (
+        build_method,
+        build_model,
+        build_optimizer_and_schedule,
+        open_run_data,
+    )
+    from ugncl.run.config import load_config
+
+    sets = [f"model.sgraf.{k}={v}" for k, v in TINY_DIMS.items()] + [
+        f"model.sgraf.num_views={views}", "model.sgraf.num_regions=36",
+        "model.sgraf.block_captions=null", f"train.batch_size={batch}",
+    ]  # fmt: skip
+    config, _ = load_config("ugncl_synthetic", sets)
+    torch.manual_seed(seed)
+    data = open_run_data(config)
+    model = build_model(config, data)
+    train_data = data.training_data()
+    method = build_method(config, model, train_data.num_samples)
+    optimizer, schedule = build_optimizer_and_schedule(config, model, method, 10, data=data)
+    out = tempfile.mkdtemp()
+    cpu = torch.device("cpu")
+    trainer = Trainer(
+        model=model, method=method, data=train_data, optimizer=optimizer, schedule=schedule,
+        evaluator=None, run_dir=Path(out), recorder=MetricsRecorder(Path(out)), device=cpu,
+        precision=select_precision("off", cpu), seed=0, epochs=1, batch_size=batch,
+    )  # fmt: skip
+    lengths = caption_lengths(batch, FLICKR_WORDS, seed)
+    gen = torch.Generator().manual_seed(seed)
+    width = int(lengths.max())
+    tokens = torch.randint(4, 100, (batch, width), generator=gen)
+    tokens = tokens * (torch.arange(width) < lengths[:, None])
+    index = torch.arange(batch)
+    pairs = PairBatch(
+        images=torch.randn(batch, 36, TINY_DIMS["img_dim"], generator=gen), captions=tokens,
+        lengths=lengths, index=index, image_index=index, clean=torch.ones(batch, dtype=bool),
+    )  # fmt: skip
+    return trainer, method, pairs
+
+
+def _divided(method, num_samples: int, seed: int) -> None:
+    """Give the UGNCL method a division of every sample (as after its epoch-start pass)."""
+    from ugncl.methods.ugncl.division import DivisionResult
+
+    rng = np.random.default_rng(seed)
+    u = rng.random(num_samples).astype(np.float32)
+    sets = rng.integers(0, 4, num_samples).astype(np.int8)
+    method.division = DivisionResult(u=u, u_bar=u, soft_label=1 - u, sets=sets)
+    method.deferred, method.started = False, True
+
+
+#: ATen calls of a cuDNN GRU on CUDA: ``_cudnn_rnn`` forward and its backward (the CPU runs
+#: the same packed GRU as a loop of small operators per time step and direction).
+CUDNN_RNN_CALLS = 2
+
+
+def count_ugncl_step(budget: int, *, warmup: bool, batch: int = 128, views: int = 2,
+                     seed: int = 0) -> dict:  # fmt: skip
+    """Launches and host reads of one trainer step of UGNCL (forward, losses, backward,
+    clipping, optimiser) with the paper-size grid of ``budget``.
+
+    The optimiser and the gradient clipping run their foreach kernels (what torch picks for
+    CUDA parameters; on CPU parameters it loops per tensor). ``cuda_estimate`` replaces the
+    CPU's unrolled GRU (counted alone, forward and backward, on the same captions) by the
+    cuDNN call; ``launches`` is the CPU count as is."""
+    import sgraf.scoring as scoring
+    from ugncl.core.engine.context import StepContext
+    from ugncl.core.engine.launches import count
+
+    trainer, method, pairs = _ugncl_step_setup(batch, views, seed)
+    if not warmup:
+        _divided(method, trainer.data.num_samples, seed)
+    for group in trainer.optimizer.param_groups:
+        group["foreach"] = True
+    original, clip = scoring.plan_grid, torch.nn.utils.clip_grad_norm_
+    scoring.plan_grid = paper_plan(views, budget)
+    torch.nn.utils.clip_grad_norm_ = functools.partial(clip, foreach=True)
+    try:
+        ctx = StepContext(0 if warmup else 5, 0, warmup, torch.device("cpu"), 2e-4)
+        trainer._train_step(pairs, ctx)  # optimiser state created outside the count
+        _, counter = count(trainer._train_step, pairs, ctx)
+        rows, cols = scoring.plan_grid(None, (views, batch, 36, 0), 4, pairs.lengths, budget)
+    finally:
+        scoring.plan_grid, torch.nn.utils.clip_grad_norm_ = original, clip
+    gru = count_gru(trainer.model, pairs)
+    blocks = math.ceil(batch / rows) * math.ceil(batch / cols)
+    return {"launches": counter.launches, "gru_cpu_launches": gru,
+            "cuda_estimate": counter.launches - gru + CUDNN_RNN_CALLS,
+            "blocks": blocks, "block": [rows, cols],
+            "host_reads": dict(counter.host_reads)}  # fmt: skip
+
+
+def count_gru(model, pairs) -> int:
+    """Operators of the text encoder's packed GRU alone (forward and backward) on the
+    batch's captions, as the CPU runs it."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from ugncl.core.engine.launches import count
+
+    rnn = model.txt_enc.cap_rnn
+    x = model.txt_enc.embed(pairs.captions).detach().requires_grad_()
+    packed = pack_padded_sequence(x, pairs.lengths, batch_first=True, enforce_sorted=False)
+    _, base = count(lambda: x.sum().backward())  # the sum and its backward, not the GRU's
+    _, counter = count(lambda: rnn(packed)[0].data.sum().backward())
+    return counter.launches - base.launches
+
+
+def count_eval(budget: int, *, n_img: int = 5000, n_cap: int = 25000, views: int = 2,
+               out_device: str = "model") -> dict:  # fmt: skip
+    """Launches per block of all-pairs scoring (tiny model, evidence reduction, counted on
+    two small grids) and the COCO-5K estimate: the paper-size plan's block count x that."""
+    import sgraf.scoring as scoring
+    from sgraf.model import SGRAF
+    from ugncl.core.engine.launches import count
+    from ugncl.core.evaluation import view_reducer
+
+    torch.manual_seed(0)
+    model = SGRAF(100, num_views=views, num_regions=36, head="sgr", **TINY_DIMS).eval()
+    lengths = caption_lengths(60, COCO_WORDS, 1)
+    img = l2norm(torch.randn(views, 12, 36, TINY_DIMS["embed_dim"]), dim=-1)
+    cap = l2norm(torch.randn(60, int(lengths.max()), TINY_DIMS["embed_dim"]), dim=-1)
+    cap = cap * (torch.arange(cap.shape[1]) < lengths[:, None]).unsqueeze(-1)
+    reduce = view_reducer("evidence", 0.1, "tanh")
+    out = "cpu" if out_device == "cpu" else "model"
+    counts = {}
+    original = scoring.plan_grid
+    try:
+        for grid in ((6, 30), (3, 10)):  # 4 and 24 blocks
+            scoring.plan_grid = lambda *a, grid=grid, **k: grid
+            _, counter = count(score_all_pairs, model, img, cap, lengths, view_reduce=reduce,
+                               out_device="cpu")  # fmt: skip
+            counts[(12 // grid[0]) * (60 // grid[1])] = counter.launches
+    finally:
+        scoring.plan_grid = original
+    (b1, c1), (b2, c2) = sorted(counts.items())
+    per_block = (c2 - c1) / (b2 - b1)
+    fixed = c1 - b1 * per_block
+    coco = caption_lengths(n_cap, COCO_WORDS, 2)
+    with torch.no_grad():
+        rows, cols = paper_plan(views, budget)(None, (views, n_img, 36, 0), 4, coco, budget)
+    blocks = math.ceil(n_img / rows) * math.ceil(n_cap / cols)
+    # Per block to the host: one blocking copy when the matrix lives on the CPU (before),
+    # none when it stays on the device and is copied once.
+    copies = blocks if out == "cpu" else 1
+    return {"launches_per_block": per_block, "block": [rows, cols], "blocks": blocks,
+            "launches_estimate": round(fixed + blocks * per_block),
+            "blocking_copies": copies}  # fmt: skip
+
+
+def bench_launches(args: argparse.Namespace) -> dict:
+    """Counted launches of a UGNCL step (batch 128, W = 2, Flickr30K caption lengths) and
+    estimated launches of a COCO-5K evaluation, under the fixed 512 MiB plan and under the
+    device plan (``DEVICE_MEMORY_SHARE`` of ``--free-gib`` GiB free)."""
+    from sgraf.scoring import DEFAULT_MEMORY_BUDGET, DEVICE_MEMORY_SHARE
+
+    torch.set_num_threads(1)
+    device_budget = int(args.free_gib * 2**30 * DEVICE_MEMORY_SHARE)
+    device_plan = f"device ({DEVICE_MEMORY_SHARE} x {args.free_gib} GiB free)"
+    plans = {"fixed 512 MiB": DEFAULT_MEMORY_BUDGET, device_plan: device_budget}
+    report: dict = {"free_gib": args.free_gib, "steps": {}, "coco5k_eval": {}}
+    for name, budget in plans.items():
+        report["steps"][name] = {
+            "warm-up": count_ugncl_step(budget, warmup=True, batch=args.batch),
+            "divided": count_ugncl_step(budget, warmup=False, batch=args.batch),
+        }
+        out = "cpu" if budget == DEFAULT_MEMORY_BUDGET else "model"
+        report["coco5k_eval"][name] = count_eval(budget, out_device=out)
+    return report
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -609,12 +829,18 @@ def main(argv: list[str] | None = None) -> int:
     mm.add_argument("--methods", nargs="+", default=["clip", "npc", "sdd", "osa"])
     mm.add_argument("--rounds", type=int, default=2)
     mm.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
+    la = sub.add_parser("launches", help="operator launches of a UGNCL step and COCO-5K eval")
+    la.add_argument("--free-gib", type=float, default=78.0, help="device memory free (GiB)")
+    la.add_argument("--batch", type=int, default=128)
     ms = sub.add_parser("method-steps", help="CPU seconds per training step of each method")
     ms.add_argument("--methods", nargs="+", default=["clip", "npc", "sdd", "osa"])
     ms.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up step)")
     ms.add_argument("--threads", type=int, default=1)
     ms.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
     args = parser.parse_args(argv)
+    if args.what == "launches":
+        print(json.dumps(bench_launches(args), indent=2))
+        return 0
     if args.what == "method-steps":
         print(json.dumps(bench_method_steps(args), indent=2))
         return 0

@@ -353,15 +353,21 @@ class Trainer:
                 f"method {self.method.name!r} returned no 'loss*' term: {list(terms)}"
             )
         total = torch.stack([v.float() for v in loss_terms.values()]).sum()
-        if not torch.isfinite(total):
-            bad = [k for k, v in loss_terms.items() if not torch.isfinite(v).all()]
-            values = {k: float(v.detach()) for k, v in terms.items() if v.numel() == 1}
-            raise NonFiniteLossError(
-                f"loss term {bad[0]!r} is non-finite at epoch {step.epoch}, step "
-                f"{step.global_step} (all terms: {values}). {self.method.nonfinite_hint}"
-            )
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(total).backward()
+        # One read of the device per step: every scalar term and the total in one copy,
+        # after the backward pass is queued and before the update, so a non-finite loss
+        # stops the run with its weights untouched.
+        scalars = {k: v.detach() for k, v in terms.items() if _is_scalar(v)}
+        read = torch.stack([total.detach(), *(v.float() for v in scalars.values())]).tolist()
+        logged = dict(zip(scalars, read[1:]))
+        if not math.isfinite(read[0]):
+            self.optimizer.zero_grad(set_to_none=True)
+            bad = [k for k, v in loss_terms.items() if not torch.isfinite(v).all()]
+            raise NonFiniteLossError(
+                f"loss term {bad[0]!r} is non-finite at epoch {step.epoch}, step "
+                f"{step.global_step} (all terms: {logged}). {self.method.nonfinite_hint}"
+            )
         if self.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.params, self.grad_clip)
@@ -369,8 +375,7 @@ class Trainer:
         self.scaler.update()
         self.schedule.after_step()
         self.global_step += 1
-        logged = {k: float(v.detach()) for k, v in terms.items() if _is_scalar(v)}
-        logged["loss"] = float(total.detach())
+        logged["loss"] = read[0]
         return logged
 
     def _log_train(
