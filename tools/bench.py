@@ -787,6 +787,24 @@ def bench_launches(args: argparse.Namespace) -> dict:
     return report
 
 
+def bench_merge_bytes(args: argparse.Namespace) -> dict:
+    """Bytes one rank sends per ``merge_rows`` of an ``(N, row)`` float32 table, each rank
+    having filled its ``1/world`` share: before, an all-reduce of the visit counts (int32)
+    and of a dense float64 copy of the table; now, the rank's owned rows (int64 index + the
+    row's float32 bytes, measured with ``owned_rows``) padded to the largest share, plus its
+    row count."""
+    from ugncl.core.engine.distributed import owned_rows
+
+    n, row, world = args.samples, args.row, args.world
+    table = np.zeros((n, row), dtype=np.float32)
+    visited = np.arange(n) % world == 0
+    index, payload = owned_rows(table, visited)
+    before = n * row * 8 + n * 4
+    after = index.nbytes + payload.nbytes + 8
+    return {"samples": n, "row": row, "world": world, "before_bytes": before,
+            "after_bytes": after, "ratio": round(before / after, 2)}  # fmt: skip
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -832,12 +850,19 @@ def main(argv: list[str] | None = None) -> int:
     la = sub.add_parser("launches", help="operator launches of a UGNCL step and COCO-5K eval")
     la.add_argument("--free-gib", type=float, default=78.0, help="device memory free (GiB)")
     la.add_argument("--batch", type=int, default=128)
+    mb = sub.add_parser("merge-bytes", help="bytes per merge_rows of a per-sample table")
+    mb.add_argument("--samples", type=int, default=145_000, help="rows (Flickr30K captions)")
+    mb.add_argument("--row", type=int, default=1, help="float32 values per row")
+    mb.add_argument("--world", type=int, default=2, help="ranks")
     ms = sub.add_parser("method-steps", help="CPU seconds per training step of each method")
     ms.add_argument("--methods", nargs="+", default=["clip", "npc", "sdd", "osa"])
     ms.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up step)")
     ms.add_argument("--threads", type=int, default=1)
     ms.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
     args = parser.parse_args(argv)
+    if args.what == "merge-bytes":
+        print(json.dumps(bench_merge_bytes(args)))
+        return 0
     if args.what == "launches":
         print(json.dumps(bench_launches(args), indent=2))
         return 0

@@ -10,8 +10,10 @@ On a CUDA machine it checks, and prints as one table:
   pair (the reason; e.g. the sigmoid hinge on CLIP's logit-scaled scores).
 * ``eval``: the evaluation scorers (``evaluate_models``: encoding, all-pairs scoring, ranks) on
   the tiny dev split, per backbone.
-* ``bench``: throughput at real sizes: an SGRAF training step at the paper's sizes (SGR, W = 1,
-  embed 1024, sim 256, word 300, 36 x 2048 regions, batch 128, triplet, amp auto); COCO-5K
+* ``bench``: throughput rows on random inputs already on the device (not the real loops: no
+  data loading, W = 1, every caption 12 words): an SGRAF training step at the paper's sizes
+  (SGR, W = 1, embed 1024, sim 256, word 300, 36 x 2048 regions, batch 128, triplet, amp
+  auto); COCO-5K
   all-pairs scoring (5,000 images x 25,000 captions, random embeddings, paper-size SAF; pairs/s
   and the seconds of the whole matrix); CLIP ViT-B/32 training pairs/s at batch 256 with random
   weights (symmetric InfoNCE, fused AdamW, amp auto).
