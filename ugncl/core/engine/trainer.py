@@ -358,8 +358,14 @@ class Trainer:
         # One read of the device per step: every scalar term and the total in one copy,
         # after the backward pass is queued and before the update, so a non-finite loss
         # stops the run with its weights untouched.
-        scalars = {k: v.detach() for k, v in terms.items() if _is_scalar(v)}
-        read = torch.stack([total.detach(), *(v.float() for v in scalars.values())]).tolist()
+        # float64: every term's value exactly as ``float(term)`` reads it, whatever its shape
+        # (one element) and device.
+        scalars = {
+            k: v.detach().reshape(()).to(total.device, torch.float64)
+            for k, v in terms.items()
+            if _is_scalar(v)
+        }
+        read = torch.stack([total.detach().double(), *scalars.values()]).tolist()
         logged = dict(zip(scalars, read[1:]))
         if not math.isfinite(read[0]):
             self.optimizer.zero_grad(set_to_none=True)
