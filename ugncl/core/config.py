@@ -41,6 +41,10 @@ class ImageDataConfig:
     naming: str = "auto"
     layout: str = "auto"  # auto | scan_split (NPC/SDD) | osa
     check_files: bool = True  # stat every image when a split opens (names what is missing)
+    # Decode and resize each image once into a memory-mapped uint8 cache at the model's input
+    # size (ugncl.backbones.clip.pixels); false: decode every time an image is read.
+    pixel_cache: bool = True
+    cache_dir: str | None = None  # null: <data.root>/<data.name>/cache/pixels
 
 
 @dataclass
