@@ -5,6 +5,15 @@
 ``python tools/bench.py clip [--model ugncl-tiny] [--batch-size 32] [--threads 1 2] [--steps 20]``
 ``python tools/bench.py methods [--methods clip npc sdd osa] [--rounds 2] [--set KEY=VALUE ...]``
 ``python tools/bench.py method-steps [--methods clip npc sdd osa] [--steps 5] [--set ...]``
+``python tools/bench.py loader [--images 200] [--size 224] [--repeats 3]``
+
+``loader`` writes ``--images`` JPEGs of Flickr30K's size (500 x 375, quality 90, photo-like
+smooth content with grain) into a temporary folder and prints the CPU milliseconds of one
+training sample's image as the DataLoader worker makes it, before (PIL decode + open_clip's
+evaluation transform at ``--size`` px, float32 out) and after (a read from the uint8 pixel
+cache of ``ugncl.backbones.clip.pixels``, page cache warm), the caption's tokenisation (the
+same on both paths), samples/s per worker from their sum, and the one-off cache build per
+image. Process CPU time at one thread, the paths interleaved ``--repeats`` times, median kept.
 
 ``methods`` trains each ``<method>_synthetic`` config for two epochs, the methods interleaved
 round by round (a shared machine's load hits them alike), and prints the seconds of the second
@@ -805,6 +814,75 @@ def bench_merge_bytes(args: argparse.Namespace) -> dict:
             "after_bytes": after, "ratio": round(before / after, 2)}  # fmt: skip
 
 
+def write_flickr_like_jpegs(folder: Path, n: int, seed: int = 0) -> list[Path]:
+    """``n`` JPEGs of 500 x 375 (every fourth 375 x 500), quality 90: a smooth colour field
+    (bilinear from an 8 x 6 grid) plus grain, so that they compress like photographs
+    (about 100 kB) rather than like noise."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        w, h = (375, 500) if i % 4 == 3 else (500, 375)
+        coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8))
+        field = np.asarray(coarse.resize((w, h), Image.BILINEAR), dtype=np.float32)
+        grain = rng.normal(0.0, 20.0, (h, w, 3)).astype(np.float32)
+        pixels = np.clip(field + grain, 0, 255).astype(np.uint8)
+        path = folder / f"{i:05d}.jpg"
+        Image.fromarray(pixels).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def _cpu_ms_per_item(fn, n: int) -> float:
+    started = time.process_time()
+    for i in range(n):
+        fn(i)
+    return (time.process_time() - started) * 1e3 / n
+
+
+def bench_loader(args: argparse.Namespace) -> dict:
+    """CPU ms per training sample of the CLIP loader, PIL + transform vs the pixel cache."""
+    import tempfile
+
+    import open_clip
+
+    from ugncl.backbones.clip.data import load_rgb
+    from ugncl.backbones.clip.models import clip_tokenizer
+    from ugncl.backbones.clip.pixels import open_pixel_cache, split_transform
+
+    torch.set_num_threads(1)
+    transform = open_clip.image_transform(args.size, is_train=False)
+    tokenizer = clip_tokenizer("ViT-B-32", 77)
+    caption = "Two young guys with shaggy hair look at their hands while hanging out in the yard ."
+    with tempfile.TemporaryDirectory(prefix="ugncl-loader-bench-") as tmp:
+        paths = write_flickr_like_jpegs(Path(tmp) / "images", args.images)
+        kb = sum(p.stat().st_size for p in paths) / len(paths) / 1e3
+        started = time.process_time()
+        cache = open_pixel_cache(paths, split_transform(transform), Path(tmp) / "cache")
+        build_ms = (time.process_time() - started) * 1e3 / len(paths)
+        n = len(paths)
+        before, after, tokens = [], [], []
+        for _ in range(args.repeats):  # interleaved: the shared machine's load hits both
+            before.append(_cpu_ms_per_item(lambda i: transform(load_rgb(paths[i])), n))
+            after.append(_cpu_ms_per_item(cache, n))
+            tokens.append(_cpu_ms_per_item(lambda i: tokenizer([caption]), n))
+        shape = list(cache.shape[1:])
+    b, a, t = (float(np.median(v)) for v in (before, after, tokens))
+    return {
+        "images": n, "jpeg_kb_mean": round(kb, 1), "size": args.size, "threads": 1,
+        "image_ms_before": round(b, 3), "image_ms_after": round(a, 3),
+        "tokenize_ms": round(t, 3),
+        "sample_ms_before": round(b + t, 3), "sample_ms_after": round(a + t, 3),
+        "samples_per_s_per_worker_before": round(1e3 / (b + t), 1),
+        "samples_per_s_per_worker_after": round(1e3 / (a + t), 1),
+        "cache_build_ms_per_image": round(build_ms, 3), "cached_shape": shape,
+        "batch_bytes_256_before": 256 * 4 * int(np.prod(shape)),
+        "batch_bytes_256_after": 256 * int(np.prod(shape)),
+    }  # fmt: skip
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -859,7 +937,16 @@ def main(argv: list[str] | None = None) -> int:
     ms.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up step)")
     ms.add_argument("--threads", type=int, default=1)
     ms.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
+    lo = sub.add_parser("loader", help="CPU ms per CLIP training sample, PIL vs pixel cache")
+    lo.add_argument("--images", type=int, default=200, help="JPEGs written and read")
+    lo.add_argument("--size", type=int, default=224, help="the model's input size (px)")
+    lo.add_argument("--repeats", type=int, default=3, help="interleaved repeats (median)")
     args = parser.parse_args(argv)
+    if args.what == "loader":
+        if min(args.images, args.size, args.repeats) < 1:
+            parser.error("loader needs --images, --size and --repeats of at least 1")
+        print(json.dumps(bench_loader(args), indent=2))
+        return 0
     if args.what == "merge-bytes":
         print(json.dumps(bench_merge_bytes(args)))
         return 0

@@ -32,6 +32,7 @@ from precomputed.errors import DataNotFoundError, MissingDataError
 from precomputed.image_layout import IMAGE_DATASETS, ImageSplit, open_image_split
 from precomputed.split import training_noise
 from ugncl.core.data import training_split_summary
+from ugncl.core.engine.distributed import on_main
 from ugncl.core.errors import ConfigError
 
 from .data import (
@@ -44,7 +45,7 @@ from .data import (
     as_batch,
     caption_lengths,
 )
-from .pixels import DecodedPixels, PixelTransform, open_pixel_cache
+from .pixels import CachedPixels, DecodedPixels, PixelTransform, open_pixel_cache
 
 if TYPE_CHECKING:
     from ugncl.core.config import DataConfig
@@ -105,12 +106,19 @@ def open_clip_split(data: DataConfig, split: str, *, max_images: int | None = No
 
 def pixel_source(data: DataConfig, split: ImageSplit, pixels: PixelTransform) -> PixelSource:
     """uint8 pixels of ``split``'s images under ``pixels``' geometry: the cache
-    (``data.clip.pixel_cache``, built here on first use) or a decode per read."""
+    (``data.clip.pixel_cache``, built here on first use) or a decode per read.
+
+    Under several processes rank 0 builds the cache and the others map the file it wrote
+    (the folder is one every rank sees, as the run directory is).
+    """
     paths = [split.image_path(i) for i in range(split.num_images)]
     if not data.clip.pixel_cache:
         return DecodedPixels(paths, pixels)
     folder = data.clip.cache_dir or dataset_dir(data) / "cache" / "pixels"
-    return open_pixel_cache(paths, pixels, folder, num_workers=data.num_workers)
+    built = on_main(
+        lambda: open_pixel_cache(paths, pixels, folder, num_workers=data.num_workers).path
+    )
+    return CachedPixels(built)
 
 
 class ImageEvalData:

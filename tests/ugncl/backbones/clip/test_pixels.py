@@ -108,3 +108,25 @@ def test_cache_pickles_without_its_mapping_and_feeds_workers(tmp_path, model):
 def test_split_transform_refuses_a_transform_it_cannot_cache():
     with pytest.raises(ValueError, match="cannot cache the pixels"):
         split_transform(lambda img: img)
+
+
+def test_pixel_source_follows_the_data_settings(tmp_path, model):
+    from ugncl.backbones.clip.run_data import ImageEvalData, pixel_source
+    from ugncl.core.config import DataConfig, ImageDataConfig
+
+    root, _ = write_clip_dataset(tmp_path, naming="cc", num_images=3, cpi=1)
+    split = open_image_split(root, "train", naming="cc", captions_per_image=1)
+    spec = model.pixel_transform()
+    decoded = pixel_source(
+        DataConfig(root=str(root.parent), name=root.name, clip=ImageDataConfig(pixel_cache=False)),
+        split,
+        spec,
+    )
+    cached = pixel_source(DataConfig(root=str(root.parent), name=root.name), split, spec)
+    assert isinstance(decoded, DecodedPixels) and cached.path.parent == root / "cache" / "pixels"
+    assert all(torch.equal(decoded(i), cached(i)) for i in range(3))
+    eval_data = ImageEvalData(
+        split, model.image_transform(), model.tokenizer(), name="cc", pixels=cached
+    )
+    assert eval_data.images(0, 3).dtype == torch.uint8
+    assert torch.equal(eval_data.images(1, 2)[0], cached(1))
