@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from sgraf.functional import l2norm, word_mask
+from sgraf.functional import host_to_device, l2norm, word_mask
 
 
 def xavier_linear_(layer: nn.Linear) -> None:
@@ -91,10 +91,12 @@ class TextEncoder(nn.Module):
                 f"lengths must have shape ({batch},) to match captions {tuple(captions.shape)}, "
                 f"got {tuple(lengths.shape)}"
             )
-        if batch and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
+        # Lengths are host bookkeeping (PairBatch keeps them on the CPU): read there, no wait.
+        lengths_cpu = lengths.to("cpu", torch.int64)
+        if batch and (int(lengths_cpu.min()) < 0 or int(lengths_cpu.max()) > max_len):
             raise ValueError(
                 f"caption lengths must lie in [0, {max_len}] (the padded width), got "
-                f"min {int(lengths.min())} max {int(lengths.max())}"
+                f"min {int(lengths_cpu.min())} max {int(lengths_cpu.max())}"
             )
         out = torch.zeros(
             batch, max_len, self.embed_dim, device=captions.device, dtype=self.embed.weight.dtype
@@ -103,15 +105,22 @@ class TextEncoder(nn.Module):
             return out
         x = self.dropout(self.embed(captions))
         # pack_padded_sequence rejects zero lengths: run them as length 1 and zero them after.
-        lengths_cpu = lengths.to("cpu", torch.int64)
+        # The sort by length is done here on the host and its permutations reach the device
+        # in one queued copy; torch's own unsorted packing copies its permutation from
+        # pageable memory, which makes the host wait for the device.
+        sorted_len, order = torch.sort(lengths_cpu.clamp(min=1), descending=True, stable=True)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(batch)
+        moved = host_to_device(torch.stack([order, inverse, lengths_cpu]), captions.device)
         packed = pack_padded_sequence(
-            x, lengths_cpu.clamp(min=1), batch_first=True, enforce_sorted=False
+            x.index_select(0, moved[0]), sorted_len, batch_first=True, enforce_sorted=True
         )
         hidden, _ = self.cap_rnn(packed)
         hidden, _ = pad_packed_sequence(hidden, batch_first=True, total_length=max_len)
+        hidden = hidden.index_select(0, moved[1])
         if self.bi_gru:
             # The released code averages the two directions rather than concatenating them.
             hidden = (hidden[..., : self.embed_dim] + hidden[..., self.embed_dim :]) / 2
         hidden = l2norm(hidden, dim=-1)
-        mask = word_mask(lengths.to(captions.device), max_len)
+        mask = word_mask(moved[2], max_len)
         return torch.where(mask.unsqueeze(-1), hidden, out)

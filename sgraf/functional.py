@@ -26,6 +26,20 @@ def l1norm(x: Tensor, dim: int = -1, eps: float = EPS) -> Tensor:
     return x / (x.abs().sum(dim=dim, keepdim=True) + eps)
 
 
+def host_to_device(host: Tensor, device: torch.device | str) -> Tensor:
+    """A CPU tensor (index or length bookkeeping) on ``device`` without the host waiting.
+
+    A copy from pageable host memory to CUDA makes the host wait for the stream (torch copies
+    and synchronises), so every small index moved that way inside a forward pass would drain
+    the launch queue; from pinned memory with ``non_blocking`` the copy is queued like a
+    kernel (torch keeps the pinned buffer alive until the copy has run). Elsewhere a plain copy.
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or host.device.type != "cpu":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def word_mask(lengths: Tensor, max_len: int) -> Tensor:
     """Boolean mask of real words.
 
@@ -96,14 +110,19 @@ class PackedWords:
         return PackedWords(self.data[a:b], self.lengths[start:stop])
 
     def padded(self, index: Tensor, width: int) -> Tensor:
-        """(len(index), width, E): captions ``index`` zero-padded (or cut) to ``width``."""
+        """(len(index), width, E): captions ``index`` zero-padded (or cut) to ``width``.
+
+        The gather's source rows and destination slots are computed on the host and reach
+        the data's device in one queued copy (no boolean mask on the device: no host wait)."""
         index = torch.as_tensor(index, dtype=torch.int64).cpu()
         positions = torch.arange(width, dtype=torch.int64)
         mask = positions.unsqueeze(0) < self.lengths[index].unsqueeze(1)
         rows = (self.offsets[index].unsqueeze(1) + positions.unsqueeze(0))[mask]
-        out = self.data.new_zeros(index.numel(), width, self.data.shape[1])
-        out[mask] = self.data[rows.to(self.data.device)]
-        return out
+        slots = torch.arange(mask.numel(), dtype=torch.int64)[mask.reshape(-1)]
+        moved = host_to_device(torch.stack([rows, slots]), self.data.device)
+        out = self.data.new_zeros(index.numel() * width, self.data.shape[1])
+        out[moved[1]] = self.data[moved[0]]
+        return out.view(index.numel(), width, -1)
 
 
 def caption_words(cap_emb: Tensor | PackedWords, index: Tensor, width: int) -> Tensor:

@@ -141,12 +141,13 @@ class SGRAF(nn.Module):
         cap_emb: Tensor,
         lengths: Tensor,
         *,
-        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+        memory_budget_bytes: int | None = None,
     ) -> Tensor:
         """Raw scores of all (image, caption) pairs, differentiable.
 
         Under autograd the saved activations of all blocks stay alive, so the budget bounds
-        each block's working set, not the total.
+        each block's working set, not the total. ``None``: the device's plan
+        (:func:`sgraf.scoring.device_memory_budget`).
 
         Args:
             img_emb: (W, n_img, R, E) from ``encode_images``.
@@ -175,7 +176,7 @@ class SGRAF(nn.Module):
         cap_emb: Tensor,
         lengths: Tensor,
         *,
-        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+        memory_budget_bytes: int | None = None,
         view_reduce: Callable[[Tensor], Tensor] | None = None,
         out_device: str | torch.device = "cpu",
     ) -> Tensor:

@@ -194,12 +194,14 @@ class SAF(nn.Module):
         k = xs_mean.numel()
         if k == 0:
             return
-        prior = int(bn.num_batches_tracked)
-        bn.num_batches_tracked += k
         if bn.momentum is None:  # cumulative average: r_n = (t0 r_0 + sum x) / (t0 + n)
+            # the count is read as a device tensor: no host read of the device
+            prior = bn.num_batches_tracked.to(bn.running_mean.dtype)
+            bn.num_batches_tracked += k
             bn.running_mean.copy_((prior * bn.running_mean + xs_mean.sum()) / (prior + k))
             bn.running_var.copy_((prior * bn.running_var + xs_var.sum()) / (prior + k))
             return
+        bn.num_batches_tracked += k
         m = bn.momentum
         # r_k = (1-m)^k r_0 + sum_i m (1-m)^(k-1-i) x_i
         powers = torch.arange(k - 1, -1, -1, dtype=torch.float64, device=xs_mean.device)

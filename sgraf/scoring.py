@@ -16,12 +16,38 @@ import torch
 from torch import Tensor
 
 from sgraf.attention import check_num_regions
-from sgraf.functional import caption_words, word_mask
+from sgraf.functional import caption_words, host_to_device, word_mask
 
 if TYPE_CHECKING:
     from sgraf.head import SimilarityHead
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20
+#: Share of a CUDA device's free memory one block may plan for; the rest is left to the
+#: allocator's fragmentation, the caller's other tensors and (in training) the saved
+#: activations of the earlier blocks.
+DEVICE_MEMORY_SHARE = 0.5
+
+
+def device_memory_budget(device: torch.device | str) -> int:
+    """The working-set budget of one block on ``device`` when the caller sets none.
+
+    On CUDA a share of the memory the process can still use: the device's free memory
+    (``torch.cuda.mem_get_info``) plus what torch's caching allocator holds unused, so the
+    plan does not shrink after the first step has filled the cache; never below
+    :data:`DEFAULT_MEMORY_BUDGET`. Elsewhere :data:`DEFAULT_MEMORY_BUDGET` (the CPU's plan:
+    small blocks keep the working set in cache and the CPU launches are cheap).
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return DEFAULT_MEMORY_BUDGET
+    free, _ = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(DEFAULT_MEMORY_BUDGET, int((free + cached) * DEVICE_MEMORY_SHARE))
+
+
+def resolve_budget(budget: int | None, device: torch.device | str) -> int:
+    """``budget`` itself, or :func:`device_memory_budget` of ``device`` for ``None``."""
+    return device_memory_budget(device) if budget is None else int(budget)
 
 
 def bytes_per_pair(
@@ -109,17 +135,24 @@ def score_pairs(
     cap_emb: Tensor,
     lengths: Tensor,
     *,
-    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget_bytes: int | None = None,
     block_captions: int | None = None,
 ) -> Tensor:
     """Raw scores of all (image, caption) pairs through ``head``, differentiable, in blocks.
+
+    No step makes the host wait for the device: the plan reads the lengths on the host (a
+    :class:`~ugncl.core.data.PairBatch` keeps them there; lengths on the device are read
+    once), the length order and its inverse reach the device in one queued copy, and the
+    blocks are joined and put back in caption order by device-side index_select.
 
     Args:
         head: the similarity head.
         img_emb: (W, n_img, R, E) image region embeddings (checked by the caller).
         cap_emb: (n_cap, L, E) word features.
         lengths: (n_cap,) real words per caption (>= 1).
-        memory_budget_bytes: bound on the estimated working set of one block.
+        memory_budget_bytes: bound on the estimated working set of one block (``None``:
+            :func:`device_memory_budget`: on CUDA half the free memory, which at batch 128
+            and W = 2 is one block and about a third of the launches of 512 MiB's grid).
         block_captions: at most this many captions per block (``None``: the budget alone
             decides). Captions are visited sorted by length and each block is trimmed to its
             longest, so smaller blocks score fewer padded words: a CPU-sized training batch of
@@ -130,26 +163,49 @@ def score_pairs(
     Returns:
         (W, n_img, n_cap) raw scores, columns in the caption order of ``cap_emb``.
     """
+    captions = CaptionOrder(lengths.detach().to("cpu", torch.int64), img_emb.device)
     img_glo = head.image_globals(img_emb)
-    mask = word_mask(lengths, cap_emb.shape[1])
+    mask = word_mask(captions.lengths_on_device, cap_emb.shape[1])
     cap_glo = head.t_global_w(cap_emb, mask)
     stats: list = []
+    budget = resolve_budget(memory_budget_bytes, img_emb.device)
     blocks = iter_blocks(
-        head, img_emb, img_glo, cap_emb, cap_glo, lengths, memory_budget_bytes, stats,
+        head, img_emb, img_glo, cap_emb, cap_glo, captions, budget, stats,
         block_captions=block_captions,
     )  # fmt: skip
     rows: dict[int, list[Tensor]] = {}
-    col_order: list[Tensor] = []
-    for img_start, cap_idx, block in blocks:
-        if img_start == 0:
-            col_order.append(cap_idx)
+    for img_start, _, block in blocks:
         rows.setdefault(img_start, []).append(block)
-    order = torch.cat(col_order)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel(), device=order.device)
-    sorted_scores = torch.cat([torch.cat(rows[r], dim=2) for r in sorted(rows)], dim=1)
-    commit_saf_stats(head, stats, order)
-    return sorted_scores[:, :, inverse]
+    parts = [torch.cat(rows[r], dim=2) if len(rows[r]) > 1 else rows[r][0] for r in sorted(rows)]
+    sorted_scores = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+    commit_saf_stats(head, stats, captions.inverse_on_device)
+    return sorted_scores.index_select(2, captions.inverse_on_device)
+
+
+class CaptionOrder:
+    """Captions sorted by length (stable), on the host and on the device.
+
+    The host copy plans the blocks (their widths); the device copy (order, inverse, sorted
+    lengths, lengths) arrives in one queued copy, so that indexing, masks and the final
+    reordering never move an index from pageable host memory (which makes the host wait).
+
+    Attributes:
+        lengths: (n,) int64 on the host; order: (n,) positions sorted by length; inverse:
+            its inverse permutation; ``*_on_device``: the same on ``device``.
+    """
+
+    def __init__(self, lengths: Tensor, device: torch.device | str) -> None:
+        self.lengths = lengths
+        self.order = torch.argsort(lengths, stable=True)
+        self.inverse = torch.empty_like(self.order)
+        self.inverse[self.order] = torch.arange(self.order.numel())
+        host = torch.stack([self.order, self.inverse, lengths[self.order], lengths])
+        moved = host_to_device(host, device)
+        self.order_on_device, self.inverse_on_device = moved[0], moved[1]
+        self.sorted_lengths_on_device, self.lengths_on_device = moved[2], moved[3]
+
+    def __len__(self) -> int:
+        return self.order.numel()
 
 
 def iter_blocks(
@@ -158,7 +214,7 @@ def iter_blocks(
     img_glo: Tensor,
     cap_emb: Tensor,
     cap_glo: Tensor,
-    lengths: Tensor,
+    captions: CaptionOrder,
     budget: int,
     saf_stats: list,
     *,
@@ -174,19 +230,18 @@ def iter_blocks(
     Args:
         img_emb: (W, n_img, R, E) on the head's device; img_glo: (W, n_img, E) likewise.
         cap_emb: (n_cap, L, E) anywhere; cap_glo: (n_cap, E) anywhere.
-        lengths: (n_cap,) lengths >= 1.
+        captions: the captions' lengths (>= 1) and their length order.
         block_captions: cap on the captions of one block (``None``: the budget's plan).
     """
     n_views, n_img, n_reg, dim = img_emb.shape
     device = img_emb.device
-    lengths_cpu = lengths.detach().to("cpu", torch.int64)
     train_saf = head.head == "saf" and head.training
-    rows, cols = plan_grid(head, img_emb.shape, img_emb.element_size(), lengths_cpu, budget,
+    rows, cols = plan_grid(head, img_emb.shape, img_emb.element_size(), captions.lengths, budget,
                            split_images=not train_saf)  # fmt: skip
     if block_captions is not None:
         cols = min(cols, block_captions)
     folds = head.sgr.fold() if head.head == "sgr" else None
-    for idx_cpu, words, mask, cglo in caption_chunks(cap_emb, cap_glo, lengths_cpu, cols, device):
+    for idx_cpu, words, mask, cglo in caption_chunks(cap_emb, cap_glo, captions, cols, device):
         for img_start in range(0, n_img, rows):
             sl = slice(img_start, img_start + rows)
             n_rows = img_emb[:, sl].shape[1]
@@ -229,30 +284,32 @@ def plan_grid(
 
 
 def caption_chunks(
-    cap_emb: Tensor, cap_glo: Tensor, lengths_cpu: Tensor, cols: int, device: torch.device
+    cap_emb: Tensor, cap_glo: Tensor, captions: CaptionOrder, cols: int, device: torch.device
 ) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
-    """Captions sorted by length in chunks of ``cols``: ``(indices, words (cols, L_b, E),
-    mask (cols, L_b), globals (cols, E))``, each chunk trimmed to its longest caption and its
-    padding exactly zero (on ``device``)."""
-    order_cpu = torch.argsort(lengths_cpu, stable=True)
-    for start in range(0, lengths_cpu.numel(), cols):
-        idx_cpu = order_cpu[start : start + cols]
-        width = int(lengths_cpu[idx_cpu].max())
-        mask = word_mask(lengths_cpu[idx_cpu], width).to(device)
-        words = caption_words(cap_emb, idx_cpu, width).to(device)
+    """Captions sorted by length in chunks of ``cols``: ``(indices on device, words
+    (cols, L_b, E), mask (cols, L_b), globals (cols, E))``, each chunk trimmed to its longest
+    caption and its padding exactly zero (on ``device``). Widths are read on the host."""
+    for start in range(0, len(captions), cols):
+        stop = min(start + cols, len(captions))
+        idx_cpu = captions.order[start:stop]
+        idx_dev = captions.order_on_device[start:stop]
+        width = int(captions.lengths[captions.order[stop - 1]])  # sorted: the last is longest
+        mask = word_mask(captions.sorted_lengths_on_device[start:stop], width)
+        on_device = isinstance(cap_emb, Tensor) and cap_emb.device == idx_dev.device
+        words = host_to_device(caption_words(cap_emb, idx_dev if on_device else idx_cpu, width),
+                               device)  # fmt: skip
         words = words * mask.to(words.dtype).unsqueeze(-1)  # padding must be exactly zero
-        yield idx_cpu, words, mask, cap_glo[idx_cpu.to(cap_glo.device)].to(device)
+        glo_idx = idx_dev if cap_glo.device == idx_dev.device else idx_cpu
+        yield idx_dev, words, mask, host_to_device(cap_glo[glo_idx], device)
 
 
-def commit_saf_stats(head: SimilarityHead, stats: list, order: Tensor) -> None:
-    """Apply collected SAF BatchNorm updates in (view, original caption) order."""
+def commit_saf_stats(head: SimilarityHead, stats: list, inverse: Tensor) -> None:
+    """Apply collected SAF BatchNorm updates in (view, original caption) order; ``inverse``
+    maps original caption positions to length-sorted ones (on the statistics' device)."""
     if not stats:
         return
     means = torch.cat([m for m, _ in stats], dim=1)
     variances = torch.cat([v for _, v in stats], dim=1)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel(), device=order.device)
-    inverse = inverse.to(means.device)
     head.saf.update_running_stats(means[:, inverse], variances[:, inverse])
 
 
@@ -346,7 +403,7 @@ def score_all_pairs(
     lengths: Tensor,
     *,
     view_reduce: Callable[[Tensor], Tensor] | None = None,
-    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget_bytes: int | None = None,
     out_device: str | torch.device = "cpu",
     image_chunk: int = IMAGE_CHUNK,
 ) -> Tensor:
@@ -371,8 +428,10 @@ def score_all_pairs(
         lengths: (n_cap,) real words per caption (>= 1).
         view_reduce: maps a raw (W, a, b) shard to (a, b) (e.g. mean over views, or mean
             evidence); None keeps all views.
-        memory_budget_bytes: bound on the estimated working set of one block.
-        out_device: where the result matrix is allocated.
+        memory_budget_bytes: bound on the estimated working set of one block (``None``:
+            :func:`device_memory_budget` of the model's device).
+        out_device: where the result matrix is allocated; the model's device keeps the
+            blocks there (no copy and no host wait per block; the caller copies it once).
         image_chunk: images per ``image_globals`` call and per chunk asked of a source.
 
     Returns:
@@ -385,21 +444,22 @@ def score_all_pairs(
     def blocks() -> Iterator[tuple[slice, Tensor, Tensor]]:
         device = next(model.parameters()).device
         head = model.sim_enc
-        lengths_cpu = lengths.detach().to("cpu", torch.int64)
+        captions = CaptionOrder(lengths.detach().to("cpu", torch.int64), device)
         l_pad = cap_emb.shape[1]
         cap_glo = torch.cat(
             [
                 head.t_global_w(
-                    caption_words(cap_emb, torch.arange(i, min(i + 1024, n_cap)), l_pad).to(device),
-                    word_mask(lengths_cpu[i : i + 1024], l_pad).to(device),
+                    host_to_device(caption_words(cap_emb, torch.arange(i, min(i + 1024, n_cap)),
+                                                 l_pad), device),
+                    word_mask(captions.lengths_on_device[i : i + 1024], l_pad),
                 )
                 for i in range(0, n_cap, 1024)
             ],
             dim=0,
-        )
+        )  # fmt: skip
         itemsize = img_emb.element_size() if isinstance(img_emb, Tensor) else 4  # float32
-        rows, cols = plan_grid(head, tuple(img_emb.shape), itemsize, lengths_cpu,
-                               memory_budget_bytes)  # fmt: skip
+        budget = resolve_budget(memory_budget_bytes, device)
+        rows, cols = plan_grid(head, tuple(img_emb.shape), itemsize, captions.lengths, budget)
         folds = head.sgr.fold() if head.head == "sgr" else None
         window = _RowWindow()
         for chunk in image_chunks(img_emb, image_chunk):
@@ -410,7 +470,7 @@ def score_all_pairs(
             stop = window.stop if window.stop == n_img else window.stop // rows * rows
             if stop <= window.start:
                 continue
-            for idx, words, mask, cglo in caption_chunks(cap_emb, cap_glo, lengths_cpu, cols,
+            for idx, words, mask, cglo in caption_chunks(cap_emb, cap_glo, captions, cols,
                                                          device):  # fmt: skip
                 for img_start in range(window.start, stop, rows):
                     n_rows = min(rows, stop - img_start)
@@ -467,6 +527,7 @@ def blocked_all_pairs(
         model.eval()
     try:
         for rows, cols, raw in blocks():
+            raw = raw.float()  # a reduced-precision block is reduced (evidence) in float32
             block = view_reduce(raw) if view_reduce is not None else raw
             if isinstance(cols, Tensor):
                 cols = cols.to(out.device)

@@ -5,6 +5,15 @@
 ``python tools/bench.py clip [--model ugncl-tiny] [--batch-size 32] [--threads 1 2] [--steps 20]``
 ``python tools/bench.py methods [--methods infonce npc sdd osa] [--rounds 2] [--set KEY=VALUE ...]``
 ``python tools/bench.py method-steps [--methods infonce npc sdd osa] [--steps 5] [--set ...]``
+``python tools/bench.py loader [--images 200] [--size 224] [--repeats 3]``
+
+``loader`` writes ``--images`` JPEGs of Flickr30K's size (500 x 375, quality 90, photo-like
+smooth content with grain) into a temporary folder and prints the CPU milliseconds of one
+training sample's image as the DataLoader worker makes it, before (PIL decode + open_clip's
+evaluation transform at ``--size`` px, float32 out) and after (a read from the uint8 pixel
+cache of ``ugncl.backbones.clip.pixels``, page cache warm), the caption's tokenisation (the
+same on both paths), samples/s per worker from their sum, and the one-off cache build per
+image. Process CPU time at one thread, the paths interleaved ``--repeats`` times, median kept.
 
 ``methods`` trains each method's synthetic config (``<method>_synthetic``; ``clip_synthetic``
 for the plain ``infonce`` fine-tune) for two epochs, the methods interleaved
@@ -25,11 +34,12 @@ pairs/s
 and ms per step for each thread count.
 
 Measures pairs scored per second by the batched scorer (``sgraf.model.score_all_pairs``)
-against ``reference_scores``, a straightforward per-caption loop kept here as the reference
-algorithm (the way the released SGRAF code computes it: for each caption, repeat it over the
-images, SCAN attention, alignment vectors, then SGR with separate query/key projections or
-SAF), using the same weights. Prints pairs/s of both, the speed ratio, the maximum absolute
-score difference and the peak memory of the batched run.
+against ``reference_scores``, a straightforward per-caption loop kept with the tests
+(tests/sgraf/reference.py) as the reference algorithm (the way the released SGRAF code
+computes it: for each caption, repeat it over the images, SCAN attention, alignment
+vectors, then SGR with separate query/key projections or SAF), using the same weights.
+Prints pairs/s of both, the speed ratio, the maximum absolute score difference and the peak
+memory of the batched run.
 
 ``eval-memory --make DIR`` writes a COCO-5K-sized split (5,000 images x 36 x 2048 float32
 features = 1.5 GB, 25,000 captions of COCO-like length, mean 10.5 words, a few up to 50) into
@@ -58,77 +68,36 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
+import math
 import os
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
-from torch import Tensor
-from torch.nn import functional as F
 
-from sgraf.functional import l1norm, l2norm
+from sgraf.functional import l2norm
 from sgraf.model import SGRAF, score_all_pairs
 from ugncl.run.cli import cli_main
 
 
 # ----------------------------------------------------------------------------------------
-# Reference algorithm: the released per-caption loop, written out from the equations.
-# ----------------------------------------------------------------------------------------
-def _reference_scan(query: Tensor, context: Tensor, smooth: float) -> Tensor:
-    """(n, L, E) words, (n, R, E) regions -> (n, L, E) attended context (released layout)."""
-    attn = torch.bmm(context, query.transpose(1, 2))  # (n, R, L)
-    attn = l2norm(F.leaky_relu(attn, 0.1), dim=2)  # over words
-    attn = torch.softmax(attn.transpose(1, 2) * smooth, dim=2)  # over regions
-    weighted = torch.bmm(context.transpose(1, 2), attn.transpose(1, 2)).transpose(1, 2)
-    return l2norm(weighted, dim=-1)
-
-
-def _reference_global(module, local: Tensor) -> Tensor:
-    """VisualSA/TextSA on unpadded input: (n, K, E) -> (n, E)."""
-    l_emb = module.embedding_local(local)
-    g_emb = module.embedding_global(local.mean(dim=1))
-    weights = module.embedding_common(l_emb * g_emb.unsqueeze(1)).squeeze(2)
-    weights = torch.softmax(weights, dim=1)
-    return l2norm((weights.unsqueeze(2) * local).sum(dim=1), dim=-1)
-
-
-def _reference_view(head, img: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
-    n_image = img.shape[0]
-    img_glo = _reference_global(head.v_global_w, img)
-    sims = []
-    for i in range(cap_emb.shape[0]):
-        n_word = int(lengths[i])
-        cap_i = cap_emb[i, :n_word].unsqueeze(0)
-        cap_i_expand = cap_i.repeat(n_image, 1, 1)
-        cap_glo_i = _reference_global(head.t_global_w, cap_i)
-        context = _reference_scan(cap_i_expand, img, head.attn_smooth)
-        sim_loc = l2norm(head.sim_tranloc_w((context - cap_i_expand).pow(2)), dim=-1)
-        sim_glo = l2norm(head.sim_tranglo_w((img_glo - cap_glo_i).pow(2)), dim=-1)
-        sim_emb = torch.cat([sim_glo.unsqueeze(1), sim_loc], dim=1)
-        if head.head == "sgr":
-            for step in head.sgr.steps:
-                q = step.graph_query_w(sim_emb)
-                k = step.graph_key_w(sim_emb)
-                edge = torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
-                sim_emb = F.relu(step.sim_graph_w(torch.bmm(edge, sim_emb)))
-            sim_vec = sim_emb[:, 0, :]
-        else:
-            gate = head.saf.attn_sim_w(sim_emb).permute(0, 2, 1)
-            attn = l1norm(torch.sigmoid(head.saf.bn(gate)), dim=-1)
-            sim_vec = l2norm(torch.matmul(attn, sim_emb).squeeze(1), dim=-1)
-        sims.append(head.sim_eval_w(sim_vec))
-    return torch.cat(sims, dim=1)
-
-
-def reference_scores(model: SGRAF, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
-    """Per-caption loop over each view, as the released code: (W, n_img, n_cap) raw scores."""
-    return torch.stack([_reference_view(model.sim_enc, v, cap_emb, lengths) for v in img_emb])
-
-
-# ----------------------------------------------------------------------------------------
 # Measurement helpers
 # ----------------------------------------------------------------------------------------
+def _reference():
+    """``reference_scores`` of the tests' helpers (tests/sgraf/reference.py): the reference
+    algorithm lives with the tests that check the batched scorer against it."""
+    repo = str(Path(__file__).resolve().parents[1])
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    from tests.sgraf.reference import reference_scores
+
+    return reference_scores
+
+
 def _random_embeddings(n_img, n_cap, *, regions, dim, min_len, max_len, device, seed):
     gen = torch.Generator().manual_seed(seed)
     img = l2norm(torch.randn(1, n_img, regions, dim, generator=gen), dim=-1)
@@ -189,6 +158,7 @@ def _measure_peak(fn, device):
 
 def run_case(model, name, n_img, n_cap, *, ref_captions, device, mode, budget, repeats=1, seed=0):
     """Time batched and reference scoring of one (n_img x n_cap) case."""
+    reference_scores = _reference()
     cfg = model.config
     img, cap, lengths = _random_embeddings(
         n_img,
@@ -616,6 +586,310 @@ def bench_method_steps(args: argparse.Namespace) -> dict:
     return {"set": args.set, "steps": args.steps, "threads": args.threads, "results": results}
 
 
+# ----------------------------------------------------------------------------------------
+# Launches: operator counts of a UGNCL step and a COCO-5K evaluation (CPU, counted)
+# ----------------------------------------------------------------------------------------
+#: Words per caption (mean, sd, longest) of Flickr30K and COCO captions; lengths are drawn
+#: from a log-normal with that mean and sd, clipped, plus <start>/<end>.
+FLICKR_WORDS = (12.3, 5.2, 78)
+COCO_WORDS = (10.5, 2.4, 50)
+#: The paper's SGRAF sizes: word 300, image features 2048, embed 1024, sim 256, 36 regions.
+PAPER_SGRAF = {"word_dim": 300, "img_dim": 2048, "embed_dim": 1024, "sim_dim": 256}
+TINY_DIMS = {"word_dim": 8, "img_dim": 2048, "embed_dim": 16, "sim_dim": 8}
+
+
+def caption_lengths(n: int, words: tuple[float, float, int], seed: int = 0) -> torch.Tensor:
+    """(n,) token lengths (words + <start>/<end>) of captions whose word counts follow a
+    log-normal with ``words`` = (mean, sd, longest)."""
+    mean, sd, longest = words
+    sigma2 = math.log(1 + (sd / mean) ** 2)
+    gen = torch.Generator().manual_seed(seed)
+    draw = torch.randn(n, generator=gen) * math.sqrt(sigma2) + math.log(mean) - sigma2 / 2
+    return draw.exp().round().clamp(1, longest).long() + 2
+
+
+def paper_plan(views: int, budget: int):
+    """A ``plan_grid`` that plans as the paper-size SGR head would under ``budget``: the
+    counted model is tiny (the launches of a block do not depend on its widths), the grid
+    is the paper model's."""
+    from sgraf.scoring import bytes_per_pair, plan_blocks
+
+    def plan(head, img_shape, itemsize, lengths_cpu, _budget, *, split_images=True):
+        pair = views * bytes_per_pair(
+            int(lengths_cpu.max()), 36, PAPER_SGRAF["embed_dim"], PAPER_SGRAF["sim_dim"],
+            head="sgr", sgr_steps=3, itemsize=4, autograd=torch.is_grad_enabled(),
+        )  # fmt: skip
+        return plan_blocks(img_shape[1], lengths_cpu.numel(), pair, budget,
+                           split_images=split_images)  # fmt: skip
+
+    return plan
+
+
+def _ugncl_step_setup(batch: int, views: int, seed: int):
+    """A UGNCL method, a tiny W-view SGRAF and its trainer on the synthetic world, and a
+    batch of ``batch`` pairs with Flickr30K caption lengths."""
+    import tempfile
+
+    from ugncl.core.data import PairBatch
+    from ugncl.core.engine.device import select_precision
+    from ugncl.core.engine.recorder import MetricsRecorder
+    from ugncl.core.engine.trainer import Trainer
+    from ugncl.run.build import (
+        build_method,
+        build_model,
+        build_optimizer_and_schedule,
+        open_run_data,
+    )
+    from ugncl.run.config import load_config
+
+    sets = [f"model.sgraf.{k}={v}" for k, v in TINY_DIMS.items()] + [
+        f"model.sgraf.num_views={views}", "model.sgraf.num_regions=36",
+        "model.sgraf.block_captions=null", f"train.batch_size={batch}",
+    ]  # fmt: skip
+    config, _ = load_config("ugncl_synthetic", sets)
+    torch.manual_seed(seed)
+    data = open_run_data(config)
+    model = build_model(config, data)
+    train_data = data.training_data()
+    method = build_method(config, model, train_data.num_samples)
+    optimizer, schedule = build_optimizer_and_schedule(config, model, method, 10, data=data)
+    out = tempfile.mkdtemp()
+    cpu = torch.device("cpu")
+    trainer = Trainer(
+        model=model, method=method, data=train_data, optimizer=optimizer, schedule=schedule,
+        evaluator=None, run_dir=Path(out), recorder=MetricsRecorder(Path(out)), device=cpu,
+        precision=select_precision("off", cpu), seed=0, epochs=1, batch_size=batch,
+    )  # fmt: skip
+    lengths = caption_lengths(batch, FLICKR_WORDS, seed)
+    gen = torch.Generator().manual_seed(seed)
+    width = int(lengths.max())
+    tokens = torch.randint(4, 100, (batch, width), generator=gen)
+    tokens = tokens * (torch.arange(width) < lengths[:, None])
+    index = torch.arange(batch)
+    pairs = PairBatch(
+        images=torch.randn(batch, 36, TINY_DIMS["img_dim"], generator=gen), captions=tokens,
+        lengths=lengths, index=index, image_index=index, clean=torch.ones(batch, dtype=bool),
+    )  # fmt: skip
+    return trainer, method, pairs
+
+
+def _divided(method, num_samples: int, seed: int) -> None:
+    """Give the UGNCL method a division of every sample (as after its epoch-start pass)."""
+    from ugncl.methods.ugncl.division import DivisionResult
+
+    rng = np.random.default_rng(seed)
+    u = rng.random(num_samples).astype(np.float32)
+    sets = rng.integers(0, 4, num_samples).astype(np.int8)
+    method.division = DivisionResult(u=u, u_bar=u, soft_label=1 - u, sets=sets)
+    method.deferred, method.started = False, True
+
+
+#: ATen calls of a cuDNN GRU on CUDA: ``_cudnn_rnn`` forward and its backward (the CPU runs
+#: the same packed GRU as a loop of small operators per time step and direction).
+CUDNN_RNN_CALLS = 2
+
+
+def count_ugncl_step(budget: int, *, warmup: bool, batch: int = 128, views: int = 2,
+                     seed: int = 0) -> dict:  # fmt: skip
+    """Launches and host reads of one trainer step of UGNCL (forward, losses, backward,
+    clipping, optimiser) with the paper-size grid of ``budget``.
+
+    The optimiser and the gradient clipping run their foreach kernels (what torch picks for
+    CUDA parameters; on CPU parameters it loops per tensor). ``cuda_estimate`` replaces the
+    CPU's unrolled GRU (counted alone, forward and backward, on the same captions) by the
+    cuDNN call; ``launches`` is the CPU count as is."""
+    import sgraf.scoring as scoring
+    from ugncl.core.engine.context import StepContext
+    from ugncl.core.engine.launches import count
+
+    trainer, method, pairs = _ugncl_step_setup(batch, views, seed)
+    if not warmup:
+        _divided(method, trainer.data.num_samples, seed)
+    for group in trainer.optimizer.param_groups:
+        group["foreach"] = True
+    original, clip = scoring.plan_grid, torch.nn.utils.clip_grad_norm_
+    scoring.plan_grid = paper_plan(views, budget)
+    torch.nn.utils.clip_grad_norm_ = functools.partial(clip, foreach=True)
+    try:
+        ctx = StepContext(0 if warmup else 5, 0, warmup, torch.device("cpu"), 2e-4)
+        trainer._train_step(pairs, ctx)  # optimiser state created outside the count
+        _, counter = count(trainer._train_step, pairs, ctx)
+        rows, cols = scoring.plan_grid(None, (views, batch, 36, 0), 4, pairs.lengths, budget)
+    finally:
+        scoring.plan_grid, torch.nn.utils.clip_grad_norm_ = original, clip
+    gru = count_gru(trainer.model, pairs)
+    blocks = math.ceil(batch / rows) * math.ceil(batch / cols)
+    return {"launches": counter.launches, "gru_cpu_launches": gru,
+            "cuda_estimate": counter.launches - gru + CUDNN_RNN_CALLS,
+            "blocks": blocks, "block": [rows, cols],
+            "host_reads": dict(counter.host_reads)}  # fmt: skip
+
+
+def count_gru(model, pairs) -> int:
+    """Operators of the text encoder's packed GRU alone (forward and backward) on the
+    batch's captions, as the CPU runs it."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from ugncl.core.engine.launches import count
+
+    rnn = model.txt_enc.cap_rnn
+    x = model.txt_enc.embed(pairs.captions).detach().requires_grad_()
+    packed = pack_padded_sequence(x, pairs.lengths, batch_first=True, enforce_sorted=False)
+    _, base = count(lambda: x.sum().backward())  # the sum and its backward, not the GRU's
+    _, counter = count(lambda: rnn(packed)[0].data.sum().backward())
+    return counter.launches - base.launches
+
+
+def count_eval(budget: int, *, n_img: int = 5000, n_cap: int = 25000, views: int = 2,
+               out_device: str = "model") -> dict:  # fmt: skip
+    """Launches per block of all-pairs scoring (tiny model, evidence reduction, counted on
+    two small grids) and the COCO-5K estimate: the paper-size plan's block count x that."""
+    import sgraf.scoring as scoring
+    from sgraf.model import SGRAF
+    from ugncl.core.engine.launches import count
+    from ugncl.core.evaluation import view_reducer
+
+    torch.manual_seed(0)
+    model = SGRAF(100, num_views=views, num_regions=36, head="sgr", **TINY_DIMS).eval()
+    lengths = caption_lengths(60, COCO_WORDS, 1)
+    img = l2norm(torch.randn(views, 12, 36, TINY_DIMS["embed_dim"]), dim=-1)
+    cap = l2norm(torch.randn(60, int(lengths.max()), TINY_DIMS["embed_dim"]), dim=-1)
+    cap = cap * (torch.arange(cap.shape[1]) < lengths[:, None]).unsqueeze(-1)
+    reduce = view_reducer("evidence", 0.1, "tanh")
+    out = "cpu" if out_device == "cpu" else "model"
+    counts = {}
+    original = scoring.plan_grid
+    try:
+        for grid in ((6, 30), (3, 10)):  # 4 and 24 blocks
+            scoring.plan_grid = lambda *a, grid=grid, **k: grid
+            _, counter = count(score_all_pairs, model, img, cap, lengths, view_reduce=reduce,
+                               out_device="cpu")  # fmt: skip
+            counts[(12 // grid[0]) * (60 // grid[1])] = counter.launches
+    finally:
+        scoring.plan_grid = original
+    (b1, c1), (b2, c2) = sorted(counts.items())
+    per_block = (c2 - c1) / (b2 - b1)
+    fixed = c1 - b1 * per_block
+    coco = caption_lengths(n_cap, COCO_WORDS, 2)
+    with torch.no_grad():
+        rows, cols = paper_plan(views, budget)(None, (views, n_img, 36, 0), 4, coco, budget)
+    blocks = math.ceil(n_img / rows) * math.ceil(n_cap / cols)
+    # Per block to the host: one blocking copy when the matrix lives on the CPU (before),
+    # none when it stays on the device and is copied once.
+    copies = blocks if out == "cpu" else 1
+    return {"launches_per_block": per_block, "block": [rows, cols], "blocks": blocks,
+            "launches_estimate": round(fixed + blocks * per_block),
+            "blocking_copies": copies}  # fmt: skip
+
+
+def bench_launches(args: argparse.Namespace) -> dict:
+    """Counted launches of a UGNCL step (batch 128, W = 2, Flickr30K caption lengths) and
+    estimated launches of a COCO-5K evaluation, under the fixed 512 MiB plan and under the
+    device plan (``DEVICE_MEMORY_SHARE`` of ``--free-gib`` GiB free)."""
+    from sgraf.scoring import DEFAULT_MEMORY_BUDGET, DEVICE_MEMORY_SHARE
+
+    torch.set_num_threads(1)
+    device_budget = int(args.free_gib * 2**30 * DEVICE_MEMORY_SHARE)
+    device_plan = f"device ({DEVICE_MEMORY_SHARE} x {args.free_gib} GiB free)"
+    plans = {"fixed 512 MiB": DEFAULT_MEMORY_BUDGET, device_plan: device_budget}
+    report: dict = {"free_gib": args.free_gib, "steps": {}, "coco5k_eval": {}}
+    for name, budget in plans.items():
+        report["steps"][name] = {
+            "warm-up": count_ugncl_step(budget, warmup=True, batch=args.batch),
+            "divided": count_ugncl_step(budget, warmup=False, batch=args.batch),
+        }
+        out = "cpu" if budget == DEFAULT_MEMORY_BUDGET else "model"
+        report["coco5k_eval"][name] = count_eval(budget, out_device=out)
+    return report
+
+
+def bench_merge_bytes(args: argparse.Namespace) -> dict:
+    """Bytes one rank sends per ``merge_rows`` of an ``(N, row)`` float32 table, each rank
+    having filled its ``1/world`` share: before, an all-reduce of the visit counts (int32)
+    and of a dense float64 copy of the table; now, the rank's owned rows (int64 index + the
+    row's float32 bytes, measured with ``owned_rows``) padded to the largest share, plus its
+    row count."""
+    from ugncl.core.engine.distributed import owned_rows
+
+    n, row, world = args.samples, args.row, args.world
+    table = np.zeros((n, row), dtype=np.float32)
+    visited = np.arange(n) % world == 0
+    index, payload = owned_rows(table, visited)
+    before = n * row * 8 + n * 4
+    after = index.nbytes + payload.nbytes + 8
+    return {"samples": n, "row": row, "world": world, "before_bytes": before,
+            "after_bytes": after, "ratio": round(before / after, 2)}  # fmt: skip
+
+
+def write_flickr_like_jpegs(folder: Path, n: int, seed: int = 0) -> list[Path]:
+    """``n`` JPEGs of 500 x 375 (every fourth 375 x 500), quality 90: a smooth colour field
+    (bilinear from an 8 x 6 grid) plus grain, so that they compress like photographs
+    (about 100 kB) rather than like noise."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        w, h = (375, 500) if i % 4 == 3 else (500, 375)
+        coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8))
+        field = np.asarray(coarse.resize((w, h), Image.BILINEAR), dtype=np.float32)
+        grain = rng.normal(0.0, 20.0, (h, w, 3)).astype(np.float32)
+        pixels = np.clip(field + grain, 0, 255).astype(np.uint8)
+        path = folder / f"{i:05d}.jpg"
+        Image.fromarray(pixels).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def _cpu_ms_per_item(fn, n: int) -> float:
+    started = time.process_time()
+    for i in range(n):
+        fn(i)
+    return (time.process_time() - started) * 1e3 / n
+
+
+def bench_loader(args: argparse.Namespace) -> dict:
+    """CPU ms per training sample of the CLIP loader, PIL + transform vs the pixel cache."""
+    import tempfile
+
+    import open_clip
+
+    from ugncl.backbones.clip.data import load_rgb
+    from ugncl.backbones.clip.models import clip_tokenizer
+    from ugncl.backbones.clip.pixels import open_pixel_cache, split_transform
+
+    torch.set_num_threads(1)
+    transform = open_clip.image_transform(args.size, is_train=False)
+    tokenizer = clip_tokenizer("ViT-B-32", 77)
+    caption = "Two young guys with shaggy hair look at their hands while hanging out in the yard ."
+    with tempfile.TemporaryDirectory(prefix="ugncl-loader-bench-") as tmp:
+        paths = write_flickr_like_jpegs(Path(tmp) / "images", args.images)
+        kb = sum(p.stat().st_size for p in paths) / len(paths) / 1e3
+        started = time.process_time()
+        cache = open_pixel_cache(paths, split_transform(transform), Path(tmp) / "cache")
+        build_ms = (time.process_time() - started) * 1e3 / len(paths)
+        n = len(paths)
+        before, after, tokens = [], [], []
+        for _ in range(args.repeats):  # interleaved: the shared machine's load hits both
+            before.append(_cpu_ms_per_item(lambda i: transform(load_rgb(paths[i])), n))
+            after.append(_cpu_ms_per_item(cache, n))
+            tokens.append(_cpu_ms_per_item(lambda i: tokenizer([caption]), n))
+        shape = list(cache.shape[1:])
+    b, a, t = (float(np.median(v)) for v in (before, after, tokens))
+    return {
+        "images": n, "jpeg_kb_mean": round(kb, 1), "size": args.size, "threads": 1,
+        "image_ms_before": round(b, 3), "image_ms_after": round(a, 3),
+        "tokenize_ms": round(t, 3),
+        "sample_ms_before": round(b + t, 3), "sample_ms_after": round(a + t, 3),
+        "samples_per_s_per_worker_before": round(1e3 / (b + t), 1),
+        "samples_per_s_per_worker_after": round(1e3 / (a + t), 1),
+        "cache_build_ms_per_image": round(build_ms, 3), "cached_shape": shape,
+        "batch_bytes_256_before": 256 * 4 * int(np.prod(shape)),
+        "batch_bytes_256_after": 256 * int(np.prod(shape)),
+    }  # fmt: skip
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -658,12 +932,34 @@ def main(argv: list[str] | None = None) -> int:
     mm.add_argument("--methods", nargs="+", default=["infonce", "npc", "sdd", "osa"])
     mm.add_argument("--rounds", type=int, default=2)
     mm.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
+    la = sub.add_parser("launches", help="operator launches of a UGNCL step and COCO-5K eval")
+    la.add_argument("--free-gib", type=float, default=78.0, help="device memory free (GiB)")
+    la.add_argument("--batch", type=int, default=128)
+    mb = sub.add_parser("merge-bytes", help="bytes per merge_rows of a per-sample table")
+    mb.add_argument("--samples", type=int, default=145_000, help="rows (Flickr30K captions)")
+    mb.add_argument("--row", type=int, default=1, help="float32 values per row")
+    mb.add_argument("--world", type=int, default=2, help="ranks")
     ms = sub.add_parser("method-steps", help="CPU seconds per training step of each method")
     ms.add_argument("--methods", nargs="+", default=["infonce", "npc", "sdd", "osa"])
     ms.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up step)")
     ms.add_argument("--threads", type=int, default=1)
     ms.add_argument("--set", nargs="*", default=[], help="config overrides KEY=VALUE")
+    lo = sub.add_parser("loader", help="CPU ms per CLIP training sample, PIL vs pixel cache")
+    lo.add_argument("--images", type=int, default=200, help="JPEGs written and read")
+    lo.add_argument("--size", type=int, default=224, help="the model's input size (px)")
+    lo.add_argument("--repeats", type=int, default=3, help="interleaved repeats (median)")
     args = parser.parse_args(argv)
+    if args.what == "loader":
+        if min(args.images, args.size, args.repeats) < 1:
+            parser.error("loader needs --images, --size and --repeats of at least 1")
+        print(json.dumps(bench_loader(args), indent=2))
+        return 0
+    if args.what == "merge-bytes":
+        print(json.dumps(bench_merge_bytes(args)))
+        return 0
+    if args.what == "launches":
+        print(json.dumps(bench_launches(args), indent=2))
+        return 0
     if args.what == "method-steps":
         print(json.dumps(bench_method_steps(args), indent=2))
         return 0

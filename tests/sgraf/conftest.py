@@ -1,31 +1,24 @@
-"""Shared tiny models and the per-caption reference loop (kept in tools/bench.py)."""
+"""Shared tiny models and the per-caption reference loop (tests/sgraf/reference.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
 from sgraf.model import SGRAF
+from tests.sgraf import reference
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"word_dim": 6, "img_dim": 10, "embed_dim": 12, "sim_dim": 8, "num_regions": 4}
 VOCAB = 30
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("sgraf_bench", REPO / "tools" / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def reference_scores():
     """The released-style per-caption loop: (model, img_emb, cap_emb, lengths) -> (W,n,m)."""
-    return _load_bench().reference_scores
+    return reference.reference_scores
 
 
 def make_model(head: str = "sgr", views: int = 1, dtype=torch.float64, seed: int = 0, **kw):

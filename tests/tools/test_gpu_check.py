@@ -44,3 +44,24 @@ def test_quick_cpu_run_prints_every_check(tool, capsys) -> None:
     refused = next(line for line in lines if "triplet x clip" in line)
     assert " refused " in refused and "sigmoid" in refused
     assert rc == 0
+
+
+def test_a_registered_method_gets_its_rows_with_no_edit(tool, monkeypatch, capsys) -> None:
+    from dataclasses import make_dataclass
+
+    from ugncl.methods import METHODS, MethodSpec
+    from ugncl.methods.triplet import TripletConfig, TripletMethod
+
+    class ToyHinge(TripletMethod):
+        name = "toy_hinge"
+
+    section = make_dataclass("ToyHingeConfig", [], bases=(TripletConfig,))
+    monkeypatch.setitem(METHODS, "toy_hinge", MethodSpec(section, ToyHinge))
+    gc = tool("gpu_check")
+    assert "toy_hinge" in gc.parse_args(["--device", "cpu"]).methods
+    rc = gc.main(["--device", "cpu", "--quick", "--steps", "1", "--methods", "toy_hinge",
+                  "--backbones", "sgraf", "--no-bench"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if "toy_hinge x sgraf" in line)
+    assert " ok " in row and "ms/step" in row, lines
+    assert rc == 0

@@ -42,6 +42,10 @@ class ImageDataConfig:
     naming: str = "auto"
     layout: str = "auto"  # auto | scan_split (NPC/SDD) | osa
     check_files: bool = True  # stat every image when a split opens (names what is missing)
+    # Decode and resize each image once into a memory-mapped uint8 cache at the model's input
+    # size (ugncl.backbones.clip.pixels); false: decode every time an image is read.
+    pixel_cache: bool = True
+    cache_dir: str | None = None  # null: <data.root>/<data.name>/cache/pixels
 
 
 @dataclass
@@ -131,6 +135,9 @@ class TrainConfig:
     # Stop this invocation after N epochs (preemptible jobs); --resume continues the run.
     stop_after_epochs: int | None = None
     threads: int | None = None  # torch CPU threads; null keeps torch's default
+    # torch.compile the model the training step runs (off until a GPU measurement says it
+    # pays; docs/gpu.md)
+    compile: bool = False
 
 
 @dataclass
@@ -158,7 +165,12 @@ class PrefilterConfig:
 class EvalConfig:
     # evidence | evidence_mean_exp | sigmoid | raw (ugncl.framework.evaluation.EVAL_SCORES)
     eval_score: str = "evidence"
-    memory_budget_mb: int = 512
+    # Working set of one all-pairs scoring block; null: the device's plan (CUDA: half its free
+    # memory, sgraf.scoring.device_memory_budget; CPU: 512).
+    memory_budget_mb: int | None = None
+    # fp32 | bf16 (autocast) | tf32 (fp32 storage, TF32 matmuls on CUDA; fp32 elsewhere):
+    # the arithmetic of encoding and scoring a split (docs/gpu.md)
+    precision: str = "fp32"
     test_after_training: bool = True
 
 

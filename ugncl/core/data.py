@@ -26,7 +26,9 @@ class PairBatch:
     Attributes:
         images: (K, ...) float images of the pairs: regions (K, R, D) or pixels (K, 3, H, W).
         captions: (K, L) int64 token ids, 0-padded to the longest caption.
-        lengths: (K,) int64 caption lengths (tokens incl. ``<start>``/``<end>``).
+        lengths: (K,) int64 caption lengths (tokens incl. ``<start>``/``<end>``); host
+            bookkeeping: :meth:`to` leaves them on the CPU, where the model plans its work
+            from them (packing, block widths) without waiting for the device.
         index: (K,) int64 sample index (the caption's position in the split).
         image_index: (K,) int64 image each caption is paired with for training (noisy).
         clean: (K,) bool ground-truth correspondence flag (reporting only, never for training;
@@ -41,10 +43,13 @@ class PairBatch:
     clean: Tensor
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> PairBatch:
-        """Move every tensor to ``device``."""
+        """Move every tensor but ``lengths`` to ``device`` (``non_blocking`` from pinned
+        memory: the loader's ``pin_memory``); ``lengths`` stay on the CPU."""
         return PairBatch(
             **{
-                f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                f.name: getattr(self, f.name)
+                if f.name == "lengths"
+                else getattr(self, f.name).to(device, non_blocking=non_blocking)
                 for f in fields(self)
             }
         )

@@ -394,6 +394,37 @@ def view_reducer(
     return reduce
 
 
+#: The arithmetic of an evaluation (``eval.precision``).
+EVAL_PRECISIONS = ("fp32", "bf16", "tf32")
+
+
+@contextlib.contextmanager
+def eval_precision(precision: str, device: torch.device | str) -> Iterator[None]:
+    """Run an evaluation's encoding and scoring in ``precision`` on ``device``.
+
+    ``fp32``: as is. ``bf16``: autocast to bfloat16 (each scored block is cast to float32
+    before the view reduction, so evidence and ranks are computed in float32). ``tf32``:
+    float32 tensors with TF32 matrix products on CUDA (``torch.set_float32_matmul_precision
+    ("high")``, restored afterwards); elsewhere the same as ``fp32``.
+    """
+    if precision not in EVAL_PRECISIONS:
+        raise ValueError(f"eval precision must be one of {EVAL_PRECISIONS}, got {precision!r}")
+    device = torch.device(device)
+    if precision == "bf16":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+        return
+    if precision == "tf32" and device.type == "cuda":
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(before)
+        return
+    yield
+
+
 def score_matrix(
     model: nn.Module,
     encoded: EncodedSplit,
@@ -425,7 +456,9 @@ def score_matrix(
     reduce = score if score is not None else view_reducer(eval_score, tau)
     if unit_scores:
         reduce = _after_unit_scores(model, reduce)
-    kwargs: dict = {"view_reduce": reduce, "out_device": "cpu"}
+    # The matrix stays on the scoring device, block after block, and is copied to the host
+    # once below: a copy per block would make the host wait for the device at every block.
+    kwargs: dict = {"view_reduce": reduce, "out_device": _model_device(model)}
     if memory_budget_bytes is not None:
         kwargs["memory_budget_bytes"] = int(memory_budget_bytes)
     if device is not None and not _same_device(torch.device(device), _model_device(model)):
@@ -564,6 +597,7 @@ def evaluate_models(
     memory_budget_bytes: int | None = None,
     ties: str = "random",
     unit_scores: bool = False,
+    precision: str = "fp32",
 ) -> tuple[dict[str, dict[str, float]], np.ndarray]:
     """Encode ``split`` with each model, average their score matrices and evaluate.
 
@@ -574,6 +608,7 @@ def evaluate_models(
         ties: tie rule, see :func:`evaluate_scores`.
         score, eval_score, tau, memory_budget_bytes, unit_scores: see :func:`score_matrix`.
         batch_size, device: see :func:`encode_split`.
+        precision: ``fp32`` | ``bf16`` | ``tf32`` (:func:`eval_precision`).
 
     Returns:
         ``(results, scores)``: the protocol's ``{section: metrics}`` and the ``(n_img, n_cap)``
@@ -587,21 +622,22 @@ def evaluate_models(
     for model in models:
         # Streamed images: the region embeddings of a whole split are never held at once.
         stream = bool(getattr(model, "accepts_image_source", False))
-        encoded = encode_split(
-            model, data, batch_size=batch_size, device=device, stream_images=stream
-        )
-        mats.append(
-            score_matrix(
-                model,
-                encoded,
-                score=score,
-                eval_score=eval_score,
-                tau=tau,
-                unit_scores=unit_scores,
-                device=device,
-                memory_budget_bytes=memory_budget_bytes,
+        with eval_precision(precision, device if device is not None else _model_device(model)):
+            encoded = encode_split(
+                model, data, batch_size=batch_size, device=device, stream_images=stream
             )
-        )
+            mats.append(
+                score_matrix(
+                    model,
+                    encoded,
+                    score=score,
+                    eval_score=eval_score,
+                    tau=tau,
+                    unit_scores=unit_scores,
+                    device=device,
+                    memory_budget_bytes=memory_budget_bytes,
+                )
+            )
         del encoded  # free one model's embeddings before encoding with the next
     scores = ensemble(mats)
     results = evaluate_scores(scores, data.caption_to_image, protocol=protocol, ties=ties)
@@ -632,6 +668,7 @@ class Evaluator:
             :func:`score_matrix`).
         models: ``model -> the models whose score matrices are averaged``
             (``method.evaluation_models``; None: the model alone).
+        precision: ``eval.precision`` (:func:`eval_precision`).
     """
 
     def __init__(
@@ -644,7 +681,9 @@ class Evaluator:
         memory_budget_bytes: int | None = None,
         unit_scores: bool = False,
         models: Callable[[nn.Module], Sequence[nn.Module]] | None = None,
+        precision: str = "fp32",
     ) -> None:
+        self.precision = precision
         self._splits: dict[str, object] = {"val": val, "test": test}
         self.models = models
         self.score = score
@@ -685,6 +724,7 @@ class Evaluator:
             batch_size=self.batch_size,
             memory_budget_bytes=self.memory_budget_bytes,
             unit_scores=self.unit_scores,
+            precision=self.precision,
         )
         if which == "test":
             i2t, t2i = query_hits(scores, data.caption_to_image)

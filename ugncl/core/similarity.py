@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from sgraf.scoring import DEFAULT_MEMORY_BUDGET, blocked_all_pairs
+from sgraf.scoring import DEFAULT_MEMORY_BUDGET, blocked_all_pairs, resolve_budget
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "SimilarityModel"]
 
@@ -94,7 +94,7 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
         cap_emb: Tensor,
         lengths: Tensor | None = None,
         *,
-        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+        memory_budget_bytes: int | None = None,
         view_reduce: Callable[[Tensor], Tensor] | None = None,
         out_device: str | torch.device = "cpu",
     ) -> Tensor:
@@ -109,7 +109,8 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
             img_emb: image embeddings of the split (images on ``image_axis``), on any device.
             cap_emb: (n_cap, ...) caption embeddings.
             lengths: (n_cap,) caption lengths (None for a backbone whose score ignores them).
-            memory_budget_bytes: bound on one block's scores.
+            memory_budget_bytes: bound on one block's scores (``None``: the device's plan,
+                :func:`sgraf.scoring.device_memory_budget`).
             view_reduce: maps a raw (W, a, b) block to (a, b); None keeps the views.
             out_device: where the result is allocated.
 
@@ -118,7 +119,8 @@ class SimilarityModel(nn.Module, metaclass=abc.ABCMeta):
         """
         device = next(self.parameters()).device
         n_img, n_cap = img_emb.shape[self.image_axis], cap_emb.shape[0]
-        chunk = max(1, memory_budget_bytes // max(1, 4 * self.num_views * n_img))
+        budget = resolve_budget(memory_budget_bytes, device)
+        chunk = max(1, budget // max(1, 4 * self.num_views * n_img))
 
         def blocks() -> Iterator[tuple[slice, slice, Tensor]]:
             images = img_emb.to(device)

@@ -130,6 +130,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.clip.naming": ("auto", "f30k", "coco", "cc"),
     "data.clip.layout": ("auto", "scan_split", "osa"),
     "prefilter.kind": PREFILTER_KINDS,
+    "eval.precision": ("fp32", "bf16", "tf32"),
 }
 
 # Numeric ranges checked at load (rule name -> (test, wording)); null passes for optional keys.

@@ -68,8 +68,16 @@ SAFE_RESUME_KEYS: tuple[str, ...] = (
     "train.device",
     "data.num_workers",
     "eval.memory_budget_mb",
+    "eval.precision",
     "eval.test_after_training",
 )
+
+
+def mib_to_bytes(mib: int | None) -> int | None:
+    """``eval.memory_budget_mb`` in bytes; ``None`` (the device's plan) stays ``None``."""
+    return None if mib is None else mib * 2**20
+
+
 #: Config keys naming files whose content (not just whose path) the run learns from: their
 #: sha256 is part of the run's identity, so a resume notices a file replaced underneath it.
 WEIGHT_FILE_KEYS: tuple[str, ...] = ("model.clip.pretrained", "method.osa.estimator")
@@ -557,7 +565,8 @@ def _train(
             unit_scores=method.reads_unit_scores,
             models=method.evaluation_models,
             batch_size=config.train.eval_batch_size,
-            memory_budget_bytes=config.eval.memory_budget_mb * 2**20,
+            memory_budget_bytes=mib_to_bytes(config.eval.memory_budget_mb),
+            precision=config.eval.precision,
         )
         trainer = Trainer(
             model=model,
@@ -578,6 +587,7 @@ def _train(
             log_every=config.train.log_every,
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
+            compile=config.train.compile,
             checkpoint_extra={
                 "config": config.to_dict(),
                 "identity": identity,

@@ -5,6 +5,7 @@ helpers in one process."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -284,3 +285,29 @@ def test_sgraf_two_ranks_equal_one_without_dropout_and_batch_statistics(
     assert a["steps"] == b["steps"] == list(range(1, 16))
     np.testing.assert_allclose(b["loss"][:5], a["loss"][:5], rtol=1e-5)
     np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)  # Adam steps add rounding
+
+
+def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks merge tables each filled for its shard: every rank gets the table one
+    process holds (bit for bit, NaN/-1 where no rank visited), each sent only its rows
+    (indices + rows in their dtype), and a row filled on both ranks is refused."""
+    worker = Path(__file__).with_name("merge_worker.py")
+    port = _free_port()
+    procs = [
+        subprocess.Popen([sys.executable, str(worker), str(tmp_path)], env=_env(r, 2, port),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    ok([(p.wait(timeout=TIMEOUT_S), p.stderr.read()) for p in procs])
+    spec = importlib.util.spec_from_file_location("merge_worker", worker)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    whole, everywhere = module.tables(0, 1)  # one process: it visits every row but the 7ths
+    for rank in range(2):
+        got = np.load(tmp_path / f"merged_r{rank}.npz")
+        for key, want in whole.items():
+            np.testing.assert_array_equal(got[key], want)
+        n_own = int(((np.arange(module.N) % 2 == rank) & (np.arange(module.N) % 7 != 0)).sum())
+        assert int(got["sent"]) == n_own * (8 + 3 * 4) + n_own * (8 + 1) + n_own * (8 + 8)
+        assert bool(got["raised"])
+    assert not everywhere[0] and everywhere[1]

@@ -12,7 +12,7 @@ from precomputed.dataset import open_split
 from precomputed.vocab import build_vocab
 from sgraf.functional import word_mask
 from sgraf.model import SGRAF
-from sgraf.scoring import iter_blocks, plan_grid, score_all_pairs
+from sgraf.scoring import CaptionOrder, iter_blocks, plan_grid, score_all_pairs
 from ugncl.core.evaluation import (
     StreamedImages,
     default_protocol,
@@ -174,8 +174,9 @@ def reference_all_pairs(model: SGRAF, img_emb, cap_emb, lengths, budget, image_c
         )  # fmt: skip
         cap_glo = head.t_global_w(cap_emb, word_mask(lengths, cap_emb.shape[1]))
         out = torch.empty(img_emb.shape[0], img_emb.shape[1], cap_emb.shape[0])
+        captions = CaptionOrder(lengths, img_emb.device)
         for start, idx, block in iter_blocks(
-            head, img_emb, img_glo, cap_emb, cap_glo, lengths, budget, []
+            head, img_emb, img_glo, cap_emb, cap_glo, captions, budget, []
         ):
             out[:, start : start + block.shape[1], idx] = block
     return out

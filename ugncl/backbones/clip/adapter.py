@@ -28,6 +28,7 @@ from .loading import (
     resolve_quick_gelu,
 )
 from .models import TINY_MODEL, architecture_config, clip_tokenizer
+from .pixels import PixelTransform, normalize_pixels, split_transform
 
 __all__ = ["CLIPSimilarity", "build_clip", "save_clip_weights"]
 
@@ -75,8 +76,20 @@ class CLIPSimilarity(SimilarityModel):
             interpolation=cfg["interpolation"], resize_mode=cfg["resize_mode"],
         )  # fmt: skip
 
+    def pixel_transform(self) -> PixelTransform:
+        """The evaluation preprocessing split into its geometry (cached as uint8) and the
+        normalisation :meth:`encode_images` applies to uint8 input."""
+        return split_transform(self.image_transform(train=False))
+
     def encode_images(self, images: Tensor) -> Tensor:
-        """(n, 3, H, W) normalised pixels -> (n, d) L2-normalised image embeddings."""
+        """(n, 3, H, W) pixels -> (n, d) L2-normalised image embeddings.
+
+        uint8 pixels (the pixel cache's) are normalised here, on their device, exactly as
+        ``ToTensor`` + ``Normalize`` would on the host; float pixels are taken as normalised.
+        """
+        if images.dtype == torch.uint8:
+            cfg = open_clip.get_model_preprocess_cfg(self.model)
+            images = normalize_pixels(images, cfg["mean"], cfg["std"])
         return F.normalize(self.model.encode_image(images), dim=-1)
 
     def encode_captions(self, captions: Tensor, lengths: Tensor | None = None) -> Tensor:

@@ -24,7 +24,7 @@ from ugncl.core.errors import ConfigError
 from .adapter import CLIPSimilarity, build_clip
 from .loading import WEIGHTS_FORMAT_KEY, WeightsError, read_weights
 from .models import TINY_MODEL
-from .run_data import CLIPRunData, ImageEvalData, open_clip_split
+from .run_data import CLIPRunData, ImageEvalData, open_clip_split, pixel_source
 
 __all__ = [
     "RANDOM_INIT",
@@ -143,9 +143,11 @@ def clip_from_weights_file(path: str | Path) -> CLIPSimilarity:
 
 def clip_eval_split(data: Any, split: str, model: CLIPSimilarity) -> ImageEvalData:
     """One whole raw-image split for ``tools/eval.py``, in ``model``'s pixels and tokens."""
+    opened = open_clip_split(data, split)
     return ImageEvalData(
-        open_clip_split(data, split), model.image_transform(train=False), model.tokenizer(),
+        opened, model.image_transform(train=False), model.tokenizer(),
         name=data.name, num_workers=data.num_workers,
+        pixels=pixel_source(data, opened, model.pixel_transform()),
     )  # fmt: skip
 
 

@@ -9,8 +9,10 @@ and a CLIP run and both ``setup`` records carry the same sha256. What differs is
 (:mod:`precomputed.image_layout`, keys ``data.clip.*``).
 
 Pixels and token ids follow the model (its open_clip preprocessing and tokenizer), so the run
-data is bound to the model once it is built (:meth:`CLIPRunData.use_model`). Images are decoded
-in ``data.num_workers`` DataLoader workers, for training and for evaluation.
+data is bound to the model once it is built (:meth:`CLIPRunData.use_model`). Each split's images
+are decoded and resized once into a uint8 cache (``data.clip.pixel_cache``,
+:mod:`ugncl.backbones.clip.pixels`, built in ``data.num_workers`` workers on first use); the
+model normalises the uint8 pixels on its device.
 """
 
 from __future__ import annotations
@@ -31,16 +33,20 @@ from precomputed.errors import DataNotFoundError, MissingDataError
 from precomputed.image_layout import ImageSplit, open_image_split
 from precomputed.split import training_noise
 from ugncl.core.data import training_split_summary
+from ugncl.core.engine.distributed import on_main
 from ugncl.core.errors import ConfigError
 
 from .data import (
     CaptionDataset,
     ImageDataset,
     ImageTrainingData,
+    PixelSource,
     Tokenizer,
     Transform,
+    as_batch,
     caption_lengths,
 )
+from .pixels import CachedPixels, DecodedPixels, PixelTransform, open_pixel_cache
 
 if TYPE_CHECKING:
     from ugncl.core.config import DataConfig
@@ -52,6 +58,7 @@ __all__ = [
     "image_naming",
     "open_clip_split",
     "open_clip_view",
+    "pixel_source",
 ]
 
 CLIP_DATA_HINT = (
@@ -100,6 +107,23 @@ def open_clip_split(data: DataConfig, split: str, *, max_images: int | None = No
         raise MissingDataError(f"{err}\n{CLIP_DATA_HINT}") from err
 
 
+def pixel_source(data: DataConfig, split: ImageSplit, pixels: PixelTransform) -> PixelSource:
+    """uint8 pixels of ``split``'s images under ``pixels``' geometry: the cache
+    (``data.clip.pixel_cache``, built here on first use) or a decode per read.
+
+    Under several processes rank 0 builds the cache and the others map the file it wrote
+    (the folder is one every rank sees, as the run directory is).
+    """
+    paths = [split.image_path(i) for i in range(split.num_images)]
+    if not data.clip.pixel_cache:
+        return DecodedPixels(paths, pixels)
+    folder = data.clip.cache_dir or dataset_dir(data) / "cache" / "pixels"
+    built = on_main(
+        lambda: open_pixel_cache(paths, pixels, folder, num_workers=data.num_workers).path
+    )
+    return CachedPixels(built)
+
+
 class ImageEvalData:
     """:class:`ugncl.core.data.EvalData` over a raw-image split.
 
@@ -118,12 +142,13 @@ class ImageEvalData:
         *,
         name: str,
         num_workers: int = 0,
+        pixels: PixelSource | None = None,
     ) -> None:
         self.source = split
         self.name = str(name)
         self.split = str(split.split)
         self.num_workers = int(num_workers)
-        self._images = ImageDataset(split, transform)
+        self._images = ImageDataset(split, transform, pixels)
         self._captions = CaptionDataset(split, tokenizer)
         self._tokens: Tensor | None = None
         self._stream: Any = None
@@ -164,9 +189,10 @@ class ImageEvalData:
         return ids, caption_lengths(ids)
 
     def images(self, start: int, stop: int) -> Tensor:
-        """(stop - start, 3, H, W) float pixels of images ``[start, stop)``."""
+        """(stop - start, 3, H, W) pixels of images ``[start, stop)``: uint8 from a pixel
+        source, else float."""
         if self.num_workers == 0:
-            return torch.stack([self._images[i] for i in range(start, stop)]).float()
+            return as_batch(torch.stack([self._images[i] for i in range(start, stop)]))
         size = stop - start
         tail = stop == self.num_images and size <= self._batch
         if self._stream is None or start != self._next or (size != self._batch and not tail):
@@ -181,7 +207,7 @@ class ImageEvalData:
         self._next = stop
         if stop == self.num_images:
             self._stream = None
-        return batch.float()
+        return as_batch(batch)
 
 
 @dataclass
@@ -202,6 +228,7 @@ class CLIPRunData:
     noise_source: str
     transform: Transform | None = None
     tokenizer: Tokenizer | None = None
+    pixels: PixelTransform | None = None
     _dev: ImageEvalData | None = field(default=None, repr=False)
 
     def use_model(self, model: Any) -> None:
@@ -209,12 +236,13 @@ class CLIPRunData:
         preprocessing for training too, as the references (no training augmentation)."""
         self.transform = model.image_transform(train=False)
         self.tokenizer = model.tokenizer()
+        self.pixels = model.pixel_transform()
         self._dev = None
 
-    def _bound(self) -> tuple[Transform, Tokenizer]:
-        if self.transform is None or self.tokenizer is None:
+    def _bound(self) -> tuple[Transform, Tokenizer, PixelTransform]:
+        if self.transform is None or self.tokenizer is None or self.pixels is None:
             raise RuntimeError("CLIPRunData.use_model(model) must be called before use")
-        return self.transform, self.tokenizer
+        return self.transform, self.tokenizer, self.pixels
 
     @property
     def image_index(self) -> np.ndarray:
@@ -229,15 +257,18 @@ class CLIPRunData:
         return self._dev
 
     def eval_data(self, split: ImageSplit) -> ImageEvalData:
-        transform, tokenizer = self._bound()
+        transform, tokenizer, pixels = self._bound()
         return ImageEvalData(
             split, transform, tokenizer, name=self.config.name,
             num_workers=self.config.num_workers,
+            pixels=pixel_source(self.config, split, pixels),
         )  # fmt: skip
 
     def training_data(self) -> ImageTrainingData:
-        transform, tokenizer = self._bound()
-        return ImageTrainingData(self.train, transform, tokenizer)
+        transform, tokenizer, pixels = self._bound()
+        return ImageTrainingData(
+            self.train, transform, tokenizer, pixel_source(self.config, self.train, pixels)
+        )
 
     def open_test(self) -> ImageEvalData:
         return self.eval_data(open_clip_split(self.config, self.config.test_split))
@@ -307,6 +338,9 @@ def open_clip_view(data: DataConfig, run: Any) -> Callable[[Any], ImageTrainingD
     split = dataclasses.replace(split, image_index=run_index)
 
     def bind(model: Any) -> ImageTrainingData:
-        return ImageTrainingData(split, model.image_transform(train=False), model.tokenizer())
+        return ImageTrainingData(
+            split, model.image_transform(train=False), model.tokenizer(),
+            pixel_source(cfg, split, model.pixel_transform()),
+        )  # fmt: skip
 
     return bind

@@ -250,13 +250,18 @@ def shard_pass_batches(batches: Sequence[Sequence[int]], env: DistEnv) -> list[l
 def merge_rows(values: np.ndarray, visited: np.ndarray) -> np.ndarray:
     """Join per-sample arrays that each rank filled for the samples it visited.
 
+    Each rank sends only what it owns: the indices of its visited rows and those rows' bytes
+    in their own dtype (:func:`owned_rows`), gathered from every rank; not a dense float64
+    copy of the whole table (an all-reduce of ``N x row x 8`` bytes whatever the share each
+    rank filled). The result is exact: every visited row is its rank's value, bit for bit.
+
     Args:
         values: ``(N, ...)`` this rank's array; rows it did not visit hold the fill value
             (NaN, -1), which stays where no rank visited.
         visited: ``(N,)`` bool, the rows this rank filled.
 
     Returns:
-        ``(N, ...)`` with every visited row from its rank (exact: one rank's value + zeros).
+        ``(N, ...)`` with every visited row from its rank.
 
     Raises:
         RuntimeError: a row was filled by two ranks (the pass was not sharded).
@@ -264,23 +269,45 @@ def merge_rows(values: np.ndarray, visited: np.ndarray) -> np.ndarray:
     if world_size() == 1:
         return values
     values = np.asarray(values)
-    visited = np.asarray(visited, dtype=bool)
-    count = torch.from_numpy(visited.astype(np.int32)).to(_comm_device())
-    dist.all_reduce(count)
-    count = count.cpu().numpy()
-    if (count > 1).any():
+    index, payload = owned_rows(values, visited)
+    indices = [t.numpy() for t in _all_gather_rows(torch.from_numpy(index))]
+    rows = [t.numpy() for t in _all_gather_rows(torch.from_numpy(payload))]
+    every = np.concatenate(indices)
+    repeated = every.size - np.unique(every).size
+    if repeated:
         raise RuntimeError(
-            f"{int((count > 1).sum())} samples were computed on more than one rank; "
+            f"{repeated} samples were computed on more than one rank; "
             "a whole-set pass must take its batches from MethodContext.batches (sharded)"
         )
-    mask = visited.reshape(visited.shape + (1,) * (values.ndim - 1))
-    wide = np.float64 if values.dtype.kind == "f" else np.int64
-    local = np.where(mask, values, 0).astype(wide)
-    total = torch.from_numpy(np.ascontiguousarray(local)).to(_comm_device())
-    dist.all_reduce(total)
-    merged = total.cpu().numpy().astype(values.dtype)
-    hit = (count > 0).reshape(mask.shape)
-    return np.where(hit, merged, values)
+    merged = np.array(values, copy=True)
+    row_shape, dtype = values.shape[1:], values.dtype
+    merged[every] = np.concatenate(rows).view(dtype).reshape((every.size, *row_shape))
+    return merged
+
+
+def owned_rows(values: np.ndarray, visited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a rank sends for :func:`merge_rows`: ``(k,)`` int64 indices of its visited rows
+    and ``(k, row bytes)`` uint8, those rows' bytes in the array's own dtype."""
+    values = np.ascontiguousarray(values)
+    index = np.flatnonzero(np.asarray(visited, dtype=bool)).astype(np.int64)
+    row_bytes = values.dtype.itemsize * int(np.prod(values.shape[1:], dtype=np.int64))
+    payload = values[index].reshape(index.size, -1).view(np.uint8).reshape(index.size, row_bytes)
+    return index, payload
+
+
+def _all_gather_rows(tensor: Tensor) -> list[Tensor]:
+    """Every rank's ``tensor`` (same trailing shape, any number of rows), in rank order: row
+    counts first, then one gather of the tensors padded to the longest."""
+    device = _comm_device()
+    count = torch.tensor([tensor.shape[0]], dtype=torch.int64, device=device)
+    counts = [torch.empty_like(count) for _ in range(world_size())]
+    dist.all_gather(counts, count)
+    sizes = [int(c) for c in torch.cat(counts).cpu()]
+    padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
+    padded[: tensor.shape[0]] = tensor
+    out = [torch.empty_like(padded, device=device) for _ in sizes]
+    dist.all_gather(out, padded.to(device))
+    return [t[:n].cpu() for t, n in zip(out, sizes)]
 
 
 def all_reduce_sum(values: Sequence[float]) -> list[float]:

@@ -44,6 +44,7 @@ from ugncl.core.prefilter import Prefilter, PrefilterSelection, training_pair_pv
 logger = logging.getLogger(__name__)
 
 TRAIN_STREAM = 0  # RNG stream of the training order
+LOADER_PREFETCH = 4  # batches each loader worker prepares ahead
 
 
 class NonFiniteLossError(UserError, FloatingPointError):
@@ -74,6 +75,21 @@ def save_query_hits(run_dir: Path, hits: dict[str, np.ndarray]) -> Path:
     np.savez_compressed(tmp, **hits)
     tmp.replace(path)
     return path
+
+
+class _EpochBatches:
+    """The batch sampler of the trainer's one loader: the current epoch's batches, replaced
+    before each epoch (a sampler is iterated in the main process, so persistent workers see
+    each epoch's order)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
 
 
 def _as_is(item: Any) -> Any:
@@ -134,6 +150,7 @@ class Trainer:
         checkpoint_extra: dict[str, Any] | None = None,
         dist: DistEnv | None = None,
         prefilter: Prefilter | None = None,
+        compile: bool = False,
     ) -> None:
         self.dist = dist or DistEnv()
         self.model = model.to(device)
@@ -167,12 +184,18 @@ class Trainer:
         # Several processes: DDP around the model; the method trains through a proxy whose
         # forward scores the global batch (negatives ``gathered``) or the rank's micro-batch.
         self.local_batch = distributed.check_global_batch(batch_size, self.dist.world)
-        self.train_model: Any = self.model
+        # ``compile`` (train.compile): the model the method's step calls goes through
+        # torch.compile (its forward; other methods such as ``score`` run as written); the
+        # model the passes and the evaluation see stays the plain module.
+        self.train_model: Any = torch.compile(self.model) if compile else self.model
         if self.dist.enabled:
             gathered = getattr(method, "negatives", "gathered") == "gathered"
             ddp = distributed.wrap_model(self.model, device)
+            ddp = torch.compile(ddp) if compile else ddp
             self.train_model = distributed.DistributedModel(ddp, gathered=gathered)
         self._epoch_seconds: list[float] = []  # wall time of each epoch run by this process
+        self._epoch_batches = _EpochBatches()
+        self._loader: DataLoader | None = None
 
     @property
     def total_epochs(self) -> int:
@@ -298,7 +321,7 @@ class Trainer:
             lr = float(self.optimizer.param_groups[0]["lr"])
             step = StepContext(epoch, self.global_step, warmup, self.device, lr, more)
             batch = self._method_batch(batch, global_batches[i])
-            terms = self._train_step(batch.to(self.device), step)
+            terms = self._train_step(batch.to(self.device, non_blocking=True), step)
             if self.global_step % self.log_every == 0 or i == len(loader) - 1:
                 self._log_train(epoch, terms, i + 1, len(loader), started)
         fields = self.method.on_epoch_end(ctx, epoch)
@@ -336,13 +359,19 @@ class Trainer:
                 num_workers=self.num_workers,
             )  # fmt: skip
             return loader, global_batches
-        loader = DataLoader(
-            self.data.dataset,
-            batch_sampler=local,
-            collate_fn=self.data.collate,
-            num_workers=self.num_workers,
-        )
-        return loader, global_batches
+        if self._loader is None:
+            # Built once and iterated each epoch over that epoch's batches: with workers they
+            # persist across epochs (no respawn per epoch), prefetch ahead and, on CUDA, hand
+            # out pinned batches that the step copies without waiting (non_blocking).
+            workers = self.num_workers
+            self._loader = DataLoader(
+                self.data.dataset, batch_sampler=self._epoch_batches,
+                collate_fn=self.data.collate, num_workers=workers,
+                pin_memory=self.device.type == "cuda", persistent_workers=workers > 0,
+                prefetch_factor=LOADER_PREFETCH if workers > 0 else None,
+            )  # fmt: skip
+        self._epoch_batches.batches = local
+        return self._loader, global_batches
 
     def _method_batch(self, batch: PairBatch, global_batch: list[int]) -> PairBatch:
         """The batch the method sees. With gathered negatives in several processes: this
@@ -369,17 +398,27 @@ class Trainer:
                 f"method {self.method.name!r} returned no 'loss*' term: {list(terms)}"
             )
         total = torch.stack([v.float() for v in loss_terms.values()]).sum()
-        if not torch.isfinite(total):
-            bad = [k for k, v in loss_terms.items() if not torch.isfinite(v).all()]
-            values = {k: float(v.detach()) for k, v in terms.items() if v.numel() == 1}
-            raise NonFiniteLossError(
-                f"loss term {bad[0]!r} is non-finite at epoch {step.epoch}, step "
-                f"{step.global_step} (all terms: {values}; train.lr is now {step.lr:g}). "
-                f"{self.method.nonfinite_hint} A new run takes the change: --cfg "
-                f"{self.run_dir / 'config.yaml'} --set train.lr=... run.name=NEW"
-            )
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(total).backward()
+        # One read of the device per step: every scalar term and the total in one copy,
+        # after the backward pass is queued and before the update, so a non-finite loss
+        # stops the run with its weights untouched.
+        # float64: every term's value exactly as ``float(term)`` reads it, whatever its shape
+        # (one element) and device.
+        scalars = {
+            k: v.detach().reshape(()).to(total.device, torch.float64)
+            for k, v in terms.items()
+            if _is_scalar(v)
+        }
+        read = torch.stack([total.detach().double(), *scalars.values()]).tolist()
+        logged = dict(zip(scalars, read[1:]))
+        if not math.isfinite(read[0]):
+            self.optimizer.zero_grad(set_to_none=True)
+            bad = [k for k, v in loss_terms.items() if not torch.isfinite(v).all()]
+            raise NonFiniteLossError(
+                f"loss term {bad[0]!r} is non-finite at epoch {step.epoch}, step "
+                f"{step.global_step} (all terms: {logged}). {self.method.nonfinite_hint}"
+            )
         if self.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.params, self.grad_clip)
@@ -387,8 +426,7 @@ class Trainer:
         self.scaler.update()
         self.schedule.after_step()
         self.global_step += 1
-        logged = {k: float(v.detach()) for k, v in terms.items() if _is_scalar(v)}
-        logged["loss"] = float(total.detach())
+        logged["loss"] = read[0]
         return logged
 
     def _log_train(
