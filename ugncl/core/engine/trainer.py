@@ -417,7 +417,9 @@ class Trainer:
             bad = [k for k, v in loss_terms.items() if not torch.isfinite(v).all()]
             raise NonFiniteLossError(
                 f"loss term {bad[0]!r} is non-finite at epoch {step.epoch}, step "
-                f"{step.global_step} (all terms: {logged}). {self.method.nonfinite_hint}"
+                f"{step.global_step} (all terms: {logged}; train.lr is now {step.lr:g}). "
+                f"{self.method.nonfinite_hint} A new run takes the change: --cfg "
+                f"{self.run_dir / 'config.yaml'} --set train.lr=... run.name=NEW"
             )
         if self.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
