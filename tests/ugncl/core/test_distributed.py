@@ -248,3 +248,26 @@ def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> N
         assert int(got["sent"]) == n_own * (8 + 3 * 4) + n_own * (8 + 1) + n_own * (8 + 8)
         assert bool(got["raised"])
     assert not everywhere[0] and everywhere[1]
+
+
+def test_npc_bank_is_built_on_rank_0_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks ask for NPC's memory bank from identical pass results: rank 0 alone
+    fits the GMM and searches the neighbours, and both ranks hold the one-process bank."""
+    worker = Path(__file__).with_name("bank_worker.py")
+    port = _free_port()
+    procs = [
+        subprocess.Popen([sys.executable, str(worker), str(tmp_path)], env=_env(r, 2, port),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    ok([(p.wait(timeout=TIMEOUT_S), p.stderr.read()) for p in procs])
+    spec = importlib.util.spec_from_file_location("bank_worker", worker)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    single, calls = module.bank()  # one process
+    assert calls == {"gmm": 1, "search": 2} and 0 < single.clean.sum() < module.N
+    for rank, (gmm, search) in enumerate([(1, 2), (0, 0)]):
+        got = np.load(tmp_path / f"bank_r{rank}.npz")
+        assert (int(got["gmm"]), int(got["search"])) == (gmm, search)
+        for key in ("clean", "image_bank", "text_bank", "score"):
+            np.testing.assert_array_equal(got[key], getattr(single, key))

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.core.engine.distributed import is_main_process
+from ugncl.core.engine.distributed import is_main_process, on_main
 from ugncl.core.method import section_defaults
 from ugncl.methods.clip import CLIPMethod
 from ugncl.methods.infonce import weighted_mean
@@ -193,9 +193,13 @@ class SDDMethod(CLIPMethod):
                 )  # fmt: skip
                 meta = {"shift_mean": scan.shift.mean, "shift_std": scan.shift.std}
             clean = bank_clean_mask(scan.diag, self.beta)
-            bank = build_memory_bank(
-                clean, scan.image_emb, scan.caption_emb, scan.image_index, scan.diag,
-                device=ctx.device, image_neighbour=self.image_neighbour,
+            # The nearest-neighbour search over all samples once, on rank 0, sent to every
+            # rank (their merged pass results are identical).
+            bank = on_main(
+                lambda: build_memory_bank(
+                    clean, scan.image_emb, scan.caption_emb, scan.image_index, scan.diag,
+                    device=ctx.device, image_neighbour=self.image_neighbour,
+                )
             )  # fmt: skip
             self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
             if is_main_process():  # every rank holds the bank; rank 0 writes it
