@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -224,21 +225,28 @@ def test_ugncl_two_ranks_division_kill_and_exact_resume(
         assert (single["sets"] >= 0).all()
 
 
-def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> None:
-    """Two gloo ranks merge tables each filled for its shard: every rank gets the table one
-    process holds (bit for bit, NaN/-1 where no rank visited), each sent only its rows
-    (indices + rows in their dtype), and a row filled on both ranks is refused."""
-    worker = Path(__file__).with_name("merge_worker.py")
+def run_two_ranks(name: str, out: Path) -> Any:
+    """Run ``<name>.py OUT`` (beside this file) as 2 gloo ranks, wait for both to succeed,
+    and return the worker as a module (for its one-process reference)."""
+    worker = Path(__file__).with_name(f"{name}.py")
     port = _free_port()
     procs = [
-        subprocess.Popen([sys.executable, str(worker), str(tmp_path)], env=_env(r, 2, port),
+        subprocess.Popen([sys.executable, str(worker), str(out)], env=_env(r, 2, port),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for r in range(2)
     ]  # fmt: skip
     ok([(p.wait(timeout=TIMEOUT_S), p.stderr.read()) for p in procs])
-    spec = importlib.util.spec_from_file_location("merge_worker", worker)
+    spec = importlib.util.spec_from_file_location(name, worker)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks merge tables each filled for its shard: every rank gets the table one
+    process holds (bit for bit, NaN/-1 where no rank visited), each sent only its rows
+    (indices + rows in their dtype), and a row filled on both ranks is refused."""
+    module = run_two_ranks("merge_worker", tmp_path)
     whole, everywhere = module.tables(0, 1)  # one process: it visits every row but the 7ths
     for rank in range(2):
         got = np.load(tmp_path / f"merged_r{rank}.npz")
@@ -253,17 +261,7 @@ def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> N
 def test_npc_bank_is_built_on_rank_0_and_equals_one_process(tmp_path: Path) -> None:
     """Two gloo ranks ask for NPC's memory bank from identical pass results: rank 0 alone
     fits the GMM and searches the neighbours, and both ranks hold the one-process bank."""
-    worker = Path(__file__).with_name("bank_worker.py")
-    port = _free_port()
-    procs = [
-        subprocess.Popen([sys.executable, str(worker), str(tmp_path)], env=_env(r, 2, port),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for r in range(2)
-    ]  # fmt: skip
-    ok([(p.wait(timeout=TIMEOUT_S), p.stderr.read()) for p in procs])
-    spec = importlib.util.spec_from_file_location("bank_worker", worker)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = run_two_ranks("bank_worker", tmp_path)
     single, calls = module.bank()  # one process
     assert calls == {"gmm": 1, "search": 2} and 0 < single.clean.sum() < module.N
     for rank, (gmm, search) in enumerate([(1, 2), (0, 0)]):
