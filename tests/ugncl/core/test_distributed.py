@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from precomputed.errors import InvalidSettingError
 from ugncl.core.engine import distributed
@@ -269,3 +270,24 @@ def test_npc_bank_is_built_on_rank_0_and_equals_one_process(tmp_path: Path) -> N
         assert (int(got["gmm"]), int(got["search"])) == (gmm, search)
         for key in ("clean", "image_bank", "text_bank", "score"):
             np.testing.assert_array_equal(got[key], getattr(single, key))
+
+
+def test_caption_encoding_is_split_across_ranks_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks encode a split's captions: each encodes its block of whole batches (4 and
+    3 of the 7 batches of 3), and both hold the one-process embeddings, bit for bit, packed
+    words (SGRAF) and sentence vectors alike."""
+    spec = importlib.util.spec_from_file_location("encode_worker", WORKER.with_name(
+        "encode_worker.py"))  # fmt: skip
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_split(tmp_path)
+    run_two_ranks("encode_worker", tmp_path)
+    torch.set_num_threads(1)
+    single = module.encode(tmp_path)
+    n_cap = module.N_IMG * module.CPI
+    assert int(single["sgraf_encoded"]) == int(single["sentence_encoded"]) == n_cap
+    for rank, encoded in enumerate((12, 9)):
+        got = np.load(tmp_path / f"encoded_r{rank}.npz")
+        for name in ("sgraf", "sentence"):
+            assert int(got[f"{name}_encoded"]) == encoded
+            np.testing.assert_array_equal(got[name], single[name])
