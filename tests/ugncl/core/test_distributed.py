@@ -12,9 +12,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from precomputed.errors import InvalidSettingError
 from ugncl.core.engine import distributed
@@ -287,21 +289,28 @@ def test_sgraf_two_ranks_equal_one_without_dropout_and_batch_statistics(
     np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)  # Adam steps add rounding
 
 
-def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> None:
-    """Two gloo ranks merge tables each filled for its shard: every rank gets the table one
-    process holds (bit for bit, NaN/-1 where no rank visited), each sent only its rows
-    (indices + rows in their dtype), and a row filled on both ranks is refused."""
-    worker = Path(__file__).with_name("merge_worker.py")
+def run_two_ranks(name: str, out: Path) -> Any:
+    """Run ``<name>.py OUT`` (beside this file) as 2 gloo ranks, wait for both to succeed,
+    and return the worker as a module (for its one-process reference)."""
+    worker = Path(__file__).with_name(f"{name}.py")
     port = _free_port()
     procs = [
-        subprocess.Popen([sys.executable, str(worker), str(tmp_path)], env=_env(r, 2, port),
+        subprocess.Popen([sys.executable, str(worker), str(out)], env=_env(r, 2, port),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for r in range(2)
     ]  # fmt: skip
     ok([(p.wait(timeout=TIMEOUT_S), p.stderr.read()) for p in procs])
-    spec = importlib.util.spec_from_file_location("merge_worker", worker)
+    spec = importlib.util.spec_from_file_location(name, worker)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks merge tables each filled for its shard: every rank gets the table one
+    process holds (bit for bit, NaN/-1 where no rank visited), each sent only its rows
+    (indices + rows in their dtype), and a row filled on both ranks is refused."""
+    module = run_two_ranks("merge_worker", tmp_path)
     whole, everywhere = module.tables(0, 1)  # one process: it visits every row but the 7ths
     for rank in range(2):
         got = np.load(tmp_path / f"merged_r{rank}.npz")
@@ -311,3 +320,37 @@ def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> N
         assert int(got["sent"]) == n_own * (8 + 3 * 4) + n_own * (8 + 1) + n_own * (8 + 8)
         assert bool(got["raised"])
     assert not everywhere[0] and everywhere[1]
+
+
+def test_npc_bank_is_built_on_rank_0_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks ask for NPC's memory bank from identical pass results: rank 0 alone
+    fits the GMM and searches the neighbours, and both ranks hold the one-process bank."""
+    module = run_two_ranks("bank_worker", tmp_path)
+    single, calls = module.bank()  # one process
+    assert calls == {"gmm": 1, "search": 2} and 0 < single.clean.sum() < module.N
+    for rank, (gmm, search) in enumerate([(1, 2), (0, 0)]):
+        got = np.load(tmp_path / f"bank_r{rank}.npz")
+        assert (int(got["gmm"]), int(got["search"])) == (gmm, search)
+        for key in ("clean", "image_bank", "text_bank", "score"):
+            np.testing.assert_array_equal(got[key], getattr(single, key))
+
+
+def test_caption_encoding_is_split_across_ranks_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks encode a split's captions: each encodes its block of whole batches (4 and
+    3 of the 7 batches of 3), and both hold the one-process embeddings, bit for bit, packed
+    words (SGRAF) and sentence vectors alike."""
+    spec = importlib.util.spec_from_file_location("encode_worker", WORKER.with_name(
+        "encode_worker.py"))  # fmt: skip
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_split(tmp_path)
+    run_two_ranks("encode_worker", tmp_path)
+    torch.set_num_threads(1)
+    single = module.encode(tmp_path)
+    n_cap = module.N_IMG * module.CPI
+    assert int(single["sgraf_encoded"]) == int(single["sentence_encoded"]) == n_cap
+    for rank, encoded in enumerate((12, 9)):
+        got = np.load(tmp_path / f"encoded_r{rank}.npz")
+        for name in ("sgraf", "sentence"):
+            assert int(got[f"{name}_encoded"]) == encoded
+            np.testing.assert_array_equal(got[name], single[name])

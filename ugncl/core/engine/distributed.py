@@ -310,6 +310,14 @@ def _all_gather_rows(tensor: Tensor) -> list[Tensor]:
     return [t[:n].cpu() for t, n in zip(out, sizes)]
 
 
+def gather_blocks(block: Tensor) -> Tensor:
+    """Every rank's ``block`` (any number of rows, the same trailing shape and dtype)
+    concatenated in rank order, on every rank, on the CPU (no gradient)."""
+    if world_size() == 1:
+        return block
+    return torch.cat(_all_gather_rows(block))
+
+
 def all_reduce_sum(values: Sequence[float]) -> list[float]:
     """Element-wise sum over ranks of a few float64 scalars (running totals of a pass)."""
     if world_size() == 1:
