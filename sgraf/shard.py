@@ -10,7 +10,8 @@ rows, and BatchNorm normalises by the rank's rows. While a :class:`BatchShard` i
   its own rows, so each row gets the mask it gets in one process;
 * :class:`ShardBatchNorm1d` sums its batch statistics over the group with autograd (the
   gradient through the shared mean and variance reaches every rank's rows), which on gloo
-  replaces ``SyncBatchNorm`` (CUDA only).
+  replaces ``SyncBatchNorm`` (CUDA only); SAF's masked BatchNorm over a rank's image rows of
+  the score matrix sums its statistics the same way (:func:`sum_over_shards`).
 
 Without a shard (one process, evaluation, or an input that is already the global batch) both
 run ``nn.Dropout``'s and ``nn.BatchNorm1d``'s own code, so one-process numbers are unchanged.
@@ -124,6 +125,18 @@ def _all_reduce_sum(t: Tensor, group: Any) -> Tensor:
     return _AllReduceSum.apply(t, group)
 
 
+def sum_over_shards(t: Tensor) -> Tensor:
+    """``t`` summed over the active shard's ranks, with autograd; ``t`` itself without one."""
+    shard = current_shard()
+    return t if shard is None else _all_reduce_sum(t, shard.group)
+
+
+def holds_rows(n: int) -> bool:
+    """True while a shard is active and ``n`` rows are a rank's part of its global batch."""
+    shard = current_shard()
+    return shard is not None and n < shard.global_rows
+
+
 class ShardBatchNorm1d(nn.BatchNorm1d):
     """``nn.BatchNorm1d`` whose training statistics, on a rank's rows of a global batch, are
     the global batch's: per-channel sums, then centred squares, summed over the group."""
@@ -168,5 +181,7 @@ __all__ = [
     "batch_shard",
     "current_shard",
     "global_shape",
+    "holds_rows",
     "shard_dropout_mask",
+    "sum_over_shards",
 ]
