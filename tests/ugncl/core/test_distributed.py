@@ -280,46 +280,43 @@ def sgraf_losses(one: Path, two: Path, steps: int) -> tuple[np.ndarray, np.ndarr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("head", "rtol"), [("sgr", 1e-6), ("saf", 2e-5)])
 def test_sgraf_two_ranks_train_like_one_process_with_dropout_and_batch_norm(
-    head: str, rtol: float, tiny_world: Path, tiny_model: list[str], tmp_path: Path
+    tiny_world: Path, tiny_model: list[str], tmp_path: Path
 ) -> None:
     """SGRAF with dropout and BatchNorm's batch statistics on: every logged loss of a 2-rank
     triplet run is the 1-process loss. Each rank draws the global batch's dropout masks from
     one process's generator and keeps its rows, VisualSA's BatchNorm sums its statistics over
-    the ranks (sgraf.shard), SAF's BatchNorm over the scored pairs too, and each rank pads its
-    captions to its own longest one (docs/distributed.md, "BatchNorm and dropout")."""
+    the ranks (sgraf.shard), and each rank pads its captions to its own longest one
+    (docs/distributed.md, "BatchNorm and dropout")."""
     args = _sgraf_args(tiny_world, tmp_path, tiny_model, "train.warmup_epochs=0",
-                       "train.epochs=1", f"model.sgraf.head={head}")  # fmt: skip
-    ok(launch(1, [], [*args, "run.name=one"]))
-    ok(launch(2, [], [*args, "run.name=two"]))
-    one, two = sgraf_losses(tmp_path / "one", tmp_path / "two", 15)
-    # Measured: SGR 1.5e-7 at most over the 15 steps, SAF equal at step 1 and 4.1e-6 by step
-    # 15; each rank's own masks and micro-batch statistics made 4e-3 at step 1 (6.9225 against
-    # 6.9501 on SGR).
-    np.testing.assert_allclose(two[0], one[0], rtol=1e-6)
-    np.testing.assert_allclose(two, one, rtol=rtol)
-
-
-@pytest.mark.slow
-def test_sgraf_ugncl_two_ranks_train_like_one_process(
-    tiny_world: Path, tiny_model: list[str], tmp_path: Path
-) -> None:
-    """UGNCL on SGRAF (one view, one warm-up and one UGNCL epoch, dropout and BatchNorm on):
-    the 2-rank losses and divisions are the 1-process ones."""
-    args = _sgraf_args(tiny_world, tmp_path, tiny_model, "method.name=ugncl",
-                       "model.sgraf.num_views=1", "train.warmup_epochs=1",
                        "train.epochs=1")  # fmt: skip
     ok(launch(1, [], [*args, "run.name=one"]))
     ok(launch(2, [], [*args, "run.name=two"]))
-    one, two = sgraf_losses(tmp_path / "one", tmp_path / "two", 30)
-    assert _curves(tmp_path / "one")["division"] == _curves(tmp_path / "two")["division"]
-    # Warm-up (measured 6e-7 at most) and the first UGNCL steps (7e-6): float rounding.
-    np.testing.assert_allclose(two[:17], one[:17], rtol=1e-4)
-    np.testing.assert_allclose(two[:15], one[:15], rtol=1e-5)
-    # Later UGNCL steps amplify rounding: measured 1.9e-3 at most, where one process with
-    # train.threads=2 against 1 differs by 3.0e-3 on the same steps.
-    np.testing.assert_allclose(two, one, rtol=5e-3)
+    one, two = sgraf_losses(tmp_path / "one", tmp_path / "two", 15)
+    # Measured 1.4e-7 at most; each rank's own masks and micro-batch statistics made 4e-3 at
+    # step 1 (6.9225 against 6.9501).
+    np.testing.assert_allclose(two, one, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_sgraf_saf_ugncl_two_ranks_train_like_one_process(
+    tiny_world: Path, tiny_model: list[str], tmp_path: Path
+) -> None:
+    """UGNCL on SGRAF with the SAF head (one view, 16 images, one warm-up and one UGNCL epoch,
+    dropout and BatchNorm on): the 2-rank losses and division are the 1-process ones. SAF's
+    BatchNorm over the scored pairs sums its statistics over the ranks' image rows."""
+    args = _sgraf_args(tiny_world, tmp_path, tiny_model, "method.name=ugncl",
+                       "model.sgraf.num_views=1", "model.sgraf.head=saf",
+                       "train.warmup_epochs=1", "train.epochs=1",
+                       "data.train_images=16")  # fmt: skip
+    ok(launch(1, [], [*args, "run.name=one"]))
+    ok(launch(2, [], [*args, "run.name=two"]))
+    one, two = sgraf_losses(tmp_path / "one", tmp_path / "two", 10)
+    assert _curves(tmp_path / "one")["division"] == _curves(tmp_path / "two")["division"] != []
+    # Measured 1.8e-7 at most (SGR head: 2.7e-7; SAF's per-rank statistics made 5e-3 on a
+    # triplet run). (Over longer UGNCL epochs the objective amplifies rounding:
+    # docs/distributed.md measures it against one process's own spread over thread counts.)
+    np.testing.assert_allclose(two, one, rtol=1e-5)
 
 
 def test_merge_rows_sends_owned_rows_and_equals_one_process(tmp_path: Path) -> None:
