@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from sgraf.encoders import xavier_linear_
 from sgraf.functional import EPS, l2norm, masked_softmax
+from sgraf.shard import ShardBatchNorm1d, ShardDropout
 
 
 def _init_sa(module: nn.Module) -> None:
@@ -38,15 +39,15 @@ class VisualSA(nn.Module):
         self.num_regions = num_regions
         self.embedding_local = nn.Sequential(
             nn.Linear(embed_dim, embed_dim),
-            nn.BatchNorm1d(num_regions),
+            ShardBatchNorm1d(num_regions),
             nn.Tanh(),
-            nn.Dropout(dropout),
+            ShardDropout(dropout),
         )
         self.embedding_global = nn.Sequential(
             nn.Linear(embed_dim, embed_dim),
-            nn.BatchNorm1d(embed_dim),
+            ShardBatchNorm1d(embed_dim),
             nn.Tanh(),
-            nn.Dropout(dropout),
+            ShardDropout(dropout),
         )
         self.embedding_common = nn.Sequential(nn.Linear(embed_dim, 1))
         _init_sa(self)
@@ -88,10 +89,10 @@ class TextSA(nn.Module):
     def __init__(self, embed_dim: int, dropout: float) -> None:
         super().__init__()
         self.embedding_local = nn.Sequential(
-            nn.Linear(embed_dim, embed_dim), nn.Tanh(), nn.Dropout(dropout)
+            nn.Linear(embed_dim, embed_dim), nn.Tanh(), ShardDropout(dropout)
         )
         self.embedding_global = nn.Sequential(
-            nn.Linear(embed_dim, embed_dim), nn.Tanh(), nn.Dropout(dropout)
+            nn.Linear(embed_dim, embed_dim), nn.Tanh(), ShardDropout(dropout)
         )
         self.embedding_common = nn.Sequential(nn.Linear(embed_dim, 1))
         _init_sa(self)

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from sgraf.functional import host_to_device, l2norm, word_mask
+from sgraf.shard import ShardDropout
 
 
 def xavier_linear_(layer: nn.Linear) -> None:
@@ -68,7 +69,7 @@ class TextEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, word_dim)
-        self.dropout = nn.Dropout(word_dropout)
+        self.dropout = ShardDropout(word_dropout)
         self.cap_rnn = nn.GRU(word_dim, embed_dim, 1, batch_first=True, bidirectional=bi_gru)
         self.bi_gru = bi_gru
         self.embed_dim = embed_dim

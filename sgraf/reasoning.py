@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from sgraf.encoders import xavier_linear_
 from sgraf.functional import EPS, l1norm, l2norm, masked_softmax
+from sgraf.shard import holds_rows, sum_over_shards
 
 
 class GraphReasoning(nn.Module):
@@ -162,10 +163,12 @@ class SAF(nn.Module):
         bn = self.bn
         maskf = node_mask.to(gate.dtype)
         if self.training or not bn.track_running_stats:
-            count = maskf.sum(dim=-1) * gate.shape[1]  # (C,)
-            mean = (gate * maskf).sum(dim=(1, 3)) / count  # (V, C)
+            # A rank's image rows of the global batch (sgraf.shard): the sums span every rank's.
+            shard = sum_over_shards if self.training and holds_rows(gate.shape[1]) else _same
+            count = shard(maskf.sum(dim=-1) * gate.shape[1]).detach()  # (C,)
+            mean = shard((gate * maskf).sum(dim=(1, 3))) / count  # (V, C)
             centred = gate - mean[:, None, :, None]
-            var = (centred.square() * maskf).sum(dim=(1, 3)) / count
+            var = shard((centred.square() * maskf).sum(dim=(1, 3))) / count
             normed = centred / torch.sqrt(var[:, None, :, None] + bn.eps)
             if self.training and bn.track_running_stats:
                 unbiased = var.detach() * count / (count - 1).clamp(min=1)
@@ -209,3 +212,7 @@ class SAF(nn.Module):
         decay = (1 - m) ** k
         bn.running_mean.copy_(decay * bn.running_mean + (w * xs_mean).sum())
         bn.running_var.copy_(decay * bn.running_var + (w * xs_var).sum())
+
+
+def _same(t: Tensor) -> Tensor:
+    return t

@@ -821,24 +821,21 @@ def bench_merge_bytes(args: argparse.Namespace) -> dict:
             "after_bytes": after, "ratio": round(before / after, 2)}  # fmt: skip
 
 
-def write_flickr_like_jpegs(folder: Path, n: int, seed: int = 0) -> list[Path]:
-    """``n`` JPEGs of 500 x 375 (every fourth 375 x 500), quality 90: a smooth colour field
-    (bilinear from an 8 x 6 grid) plus grain, so that they compress like photographs
+def write_flickr_like_jpegs(paths: list[Path], seed: int = 0) -> list[Path]:
+    """JPEGs of 500 x 375 (every fourth 375 x 500), quality 90, at ``paths``: a smooth colour
+    field (bilinear from an 8 x 6 grid) plus grain, so that they compress like photographs
     (about 100 kB) rather than like noise."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(n):
+    for i, path in enumerate(paths):
+        path.parent.mkdir(parents=True, exist_ok=True)
         w, h = (375, 500) if i % 4 == 3 else (500, 375)
         coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8))
         field = np.asarray(coarse.resize((w, h), Image.BILINEAR), dtype=np.float32)
         grain = rng.normal(0.0, 20.0, (h, w, 3)).astype(np.float32)
         pixels = np.clip(field + grain, 0, 255).astype(np.uint8)
-        path = folder / f"{i:05d}.jpg"
-        Image.fromarray(pixels).save(path, quality=90)
-        paths.append(path)
+        Image.fromarray(pixels).save(path, format="JPEG", quality=90)
     return paths
 
 
@@ -864,7 +861,8 @@ def bench_loader(args: argparse.Namespace) -> dict:
     tokenizer = clip_tokenizer("ViT-B-32", 77)
     caption = "Two young guys with shaggy hair look at their hands while hanging out in the yard ."
     with tempfile.TemporaryDirectory(prefix="ugncl-loader-bench-") as tmp:
-        paths = write_flickr_like_jpegs(Path(tmp) / "images", args.images)
+        folder = Path(tmp) / "images"
+        paths = write_flickr_like_jpegs([folder / f"{i:05d}.jpg" for i in range(args.images)])
         kb = sum(p.stat().st_size for p in paths) / len(paths) / 1e3
         started = time.process_time()
         cache = open_pixel_cache(paths, split_transform(transform), Path(tmp) / "cache")

@@ -3,9 +3,9 @@ answers with one ``error: ...`` line and exit code 2, before any heavy work (the
 called in-process through their ``main(argv)``).
 
 A case is ``None`` where the tool has no such input or output (it only prints, or reads no
-file): ``bench.py``, ``bench_memory_bank.py``, ``bench_prefilter.py`` and ``gpu_check.py`` read no
-file and write only to stdout; ``lint_prose.py`` and ``write_base_config.py`` read and write
-the repository's own files.
+file): ``bench.py``, ``bench_memory_bank.py`` and ``bench_prefilter.py`` read no file and
+write only to stdout (``gpu_check.py`` reads no file and writes only its ``--json`` file);
+``lint_prose.py`` and ``write_base_config.py`` read and write the repository's own files.
 """
 
 from __future__ import annotations
@@ -64,7 +64,11 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
         "bench": {"ro": None, "zero": None, "bad": None},
         "bench_memory_bank": {"ro": None, "zero": None, "bad": None},
         "bench_prefilter": {"ro": None, "zero": None, "bad": None},
-        "gpu_check": {"ro": None, "zero": None, "bad": None},
+        "gpu_check": {
+            "ro": ["--device", "cpu", "--json", str(ro / "g.json")],
+            "zero": None,
+            "bad": None,
+        },
         "fuzz_config": {
             "ro": ["--json", str(ro / "f.json")],
             "zero": ["--world", str(zero)],

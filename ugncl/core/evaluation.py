@@ -56,6 +56,7 @@ __all__ = [
     "Evaluator",
     "StreamedImages",
     "as_eval_data",
+    "caption_block",
     "default_protocol",
     "encode_split",
     "ensemble",
@@ -127,6 +128,18 @@ def _model_device(model: nn.Module) -> torch.device:
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def caption_block(n_cap: int, batch_size: int) -> tuple[int, int]:
+    """``[start, stop)`` of the captions this rank encodes: a contiguous run of whole
+    encoding batches (:func:`distributed.row_block` over the batches); every caption in one
+    process, or when there are fewer batches than ranks."""
+    world = distributed.world_size()
+    n_batches = -(-n_cap // batch_size)
+    if world == 1 or n_batches < world:
+        return 0, n_cap
+    first, last = distributed.row_block(n_batches)
+    return first * batch_size, min(last * batch_size, n_cap)
 
 
 class StreamedImages:
@@ -317,7 +330,11 @@ def encode_split(
                 shape[axis] = n_img
                 img_emb = torch.empty(shape, dtype=torch.float32)
             img_emb.narrow(axis, a, b - a).copy_(out.float().cpu())
-        for a in range(0, n_cap, batch_size):
+        # Several processes: each rank encodes its block of whole batches (the batches of one
+        # process, so every embedding is bit-identical to one process's) and the blocks are
+        # joined below.
+        c0, c1 = caption_block(n_cap, batch_size)
+        for a in range(c0, c1, batch_size):
             b = min(a + batch_size, n_cap)
             progress.update(n_img + b)
             ids, lens = data.captions(a, b)
@@ -325,13 +342,19 @@ def encode_split(
             del ids
             if out.dim() >= 3:  # token-level (B, L_b, E): keep the real words only
                 if packed is None:
-                    packed = torch.empty((int(lengths.sum()), *out.shape[2:]), dtype=torch.float32)
-                pack_words(out, lens, packed, int(offsets[a]))
+                    words = int(lengths[c0:c1].sum())
+                    packed = torch.empty((words, *out.shape[2:]), dtype=torch.float32)
+                pack_words(out, lens, packed, int(offsets[a] - offsets[c0]))
                 del out
                 continue
             if cap_emb is None:
-                cap_emb = torch.empty((n_cap, *out.shape[1:]), dtype=torch.float32)
-            cap_emb[a:b] = out.float().cpu()
+                cap_emb = torch.empty((c1 - c0, *out.shape[1:]), dtype=torch.float32)
+            cap_emb[a - c0 : b - c0] = out.float().cpu()
+    if (c0, c1) != (0, n_cap):
+        if packed is not None:
+            packed = distributed.gather_blocks(packed)
+        else:
+            cap_emb = distributed.gather_blocks(cap_emb)
     if packed is not None:
         cap_emb = PackedWords(packed, lengths)
     # The caption batches' transients (GRU outputs of varying width, 10-50 MB each) leave

@@ -374,11 +374,14 @@ def open_and_check(config: Config, dist_env: distributed.DistEnv, device_name: s
             ".* sizes"
         ) from err
     check_method_backbone(config, model)  # a method that cannot be meaningful here: refused
-    if dist_env.enabled:  # the same initial weights everywhere; dropout masks differ by rank
-        torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
     test_split = data.open_test() if config.eval.test_after_training else None
     training_data = data.training_data()
     method = build_method(config)
+    if dist_env.enabled and method.negatives != "gathered":
+        # The same initial weights everywhere; a per-rank method's micro-batches draw their own
+        # dropout masks. A gathered method's ranks keep one process's generator: each draws the
+        # global batch's masks and keeps its rows (sgraf.shard).
+        torch.manual_seed(seed * 1_000_003 + dist_env.rank + 1)
     method.bind_data(config, data, REGISTRY_SERVICES)  # what else it reads, checked now
     if training_data.num_samples < config.train.batch_size:
         raise ConfigError(

@@ -4,11 +4,7 @@ environment variables): ``python distributed_worker.py [--meanpool] [--kill-epoc
 
 ``--meanpool`` registers the test-only CLIP-like backbone (no BatchNorm, no dropout: its
 2-process run is the 1-process run up to float rounding); ``--kill-epoch E`` makes the last
-rank kill itself with SIGKILL when epoch E starts (a lost GPU, an OOM kill);
-``--no-batch-stats`` turns off the two things a rank cannot share with the others on gloo,
-dropout (each rank draws its own masks) and BatchNorm's batch statistics (normalised by the
-running statistics instead), so that an SGRAF run shows everything else (per-rank caption
-padding, the gathered score matrix, the logged reduction) is the one-process run.
+rank kill itself with SIGKILL when epoch E starts (a lost GPU, an OOM kill).
 """
 
 from __future__ import annotations
@@ -54,32 +50,15 @@ def dump_divisions(folder: Path) -> None:
     UGNCLMethod.on_epoch_start = dumped
 
 
-def no_batch_stats() -> None:
-    """Dropout off and BatchNorm on its running statistics, in training mode too."""
-    import torch.nn.functional as F
-    from torch.nn.modules import batchnorm
-
-    torch.nn.Dropout.forward = lambda self, x: x
-    batch_norm = F.batch_norm
-
-    def running(x, mean, var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
-        return batch_norm(x, mean, var, weight, bias, False, momentum, eps)
-
-    batchnorm.F.batch_norm = running
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--meanpool", action="store_true")
     parser.add_argument("--kill-epoch", type=int, default=None)
     parser.add_argument("--dump-division", type=Path, default=None, help="folder for the "
                         "division of each epoch start, one file per rank")  # fmt: skip
-    parser.add_argument("--no-batch-stats", action="store_true")
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.no_batch_stats:
-        no_batch_stats()
     if args.meanpool:
         from ugncl.run.build import BACKBONES
 

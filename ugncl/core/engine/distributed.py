@@ -17,6 +17,9 @@ What is sharded and how (docs/distributed.md has the user's view):
   caption embeddings and the score rows *with* gradient and returns the global ``(W, B, B)``
   matrix, so the method's loss is the one-process loss of the global batch; every rank computes
   it and DDP's gradient mean recovers the one-process gradient (see :class:`_AllGather`).
+  Around that forward a :class:`sgraf.shard.BatchShard` names the rank's rows, so dropout draws
+  the global batch's masks from one process's generator (these ranks are not reseeded by rank)
+  and BatchNorm sums its statistics over the ranks.
 * Whole-set passes (UGNCL's division, NPC's and SDD's banks, SDD's per-epoch GMM, OSA's
   estimator): rank r takes whole pass batches ``r::W`` and the per-sample arrays are merged
   with :func:`merge_rows`, so every rank holds the one-process result.
@@ -41,6 +44,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from precomputed.errors import InvalidSettingError, UserError
+from sgraf.shard import BatchShard, batch_shard
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +314,14 @@ def _all_gather_rows(tensor: Tensor) -> list[Tensor]:
     return [t[:n].cpu() for t, n in zip(out, sizes)]
 
 
+def gather_blocks(block: Tensor) -> Tensor:
+    """Every rank's ``block`` (any number of rows, the same trailing shape and dtype)
+    concatenated in rank order, on every rank, on the CPU (no gradient)."""
+    if world_size() == 1:
+        return block
+    return torch.cat(_all_gather_rows(block))
+
+
 def all_reduce_sum(values: Sequence[float]) -> list[float]:
     """Element-wise sum over ranks of a few float64 scalars (running totals of a pass)."""
     if world_size() == 1:
@@ -418,11 +430,24 @@ class PairForward(nn.Module):
         if not gather:
             return self.model(*args)
         images, captions, lengths = args
-        img = self.model.encode_images(images)
-        cap = gather_with_grad(self.model.encode_captions(captions, lengths), dim=0)
-        all_lengths = gather_no_grad(lengths)
-        rows = self.model.score(img, cap, all_lengths)  # (W, B/world, B)
+        # Layers with batch statistics or dropout (sgraf.shard) see this rank's rows as rows
+        # of the global batch: the masks and statistics of one process.
+        with batch_shard(global_batch_shard(images.shape[0])):
+            img = self.model.encode_images(images)
+            cap = gather_with_grad(self.model.encode_captions(captions, lengths), dim=0)
+            all_lengths = gather_no_grad(lengths)
+            rows = self.model.score(img, cap, all_lengths)  # (W, B/world, B)
         return gather_with_grad(rows, dim=1)
+
+
+def global_batch_shard(local_rows: int) -> BatchShard | None:
+    """This rank's rows ``[rank * n, (rank + 1) * n)`` of a global batch of ``world * n`` rows
+    (:func:`shard_global_batches`'s slices), on the group of the in-forward collectives;
+    ``None`` in one process."""
+    if world_size() == 1:
+        return None
+    rank = dist.get_rank(_GATHER_GROUP)
+    return BatchShard(rank * local_rows, world_size() * local_rows, _GATHER_GROUP)
 
 
 class DistributedModel:
@@ -459,8 +484,9 @@ class DistributedModel:
 
 def wrap_model(model: nn.Module, device: torch.device) -> nn.Module:
     """``DistributedDataParallel(PairForward(model))`` on ``device``; on CUDA the model's
-    BatchNorm layers become SyncBatchNorm first (the global batch's statistics; gloo has no
-    SyncBatchNorm, so on the CPU each rank normalises by its micro-batch)."""
+    BatchNorm layers become SyncBatchNorm first (the global batch's statistics). gloo has no
+    SyncBatchNorm: on the CPU the model's ``sgraf.shard`` layers take the global batch's
+    statistics and dropout masks inside :class:`PairForward`'s gathered forward."""
     from torch.nn.parallel import DistributedDataParallel
 
     if device.type == "cuda":

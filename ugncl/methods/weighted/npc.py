@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.core.engine.distributed import is_main_process, merge_rows
+from ugncl.core.engine.distributed import is_main_process, merge_rows, on_main
 from ugncl.core.method import section_defaults
 from ugncl.core.optim import build_optimizer
 from ugncl.methods.infonce import (
@@ -58,6 +58,32 @@ logger = logging.getLogger(__name__)
 
 BANK_STREAM = 2  # RNG stream of the bank pass (training order 0, division 1)
 FUSED_DEVICES = ("cpu", "cuda")  # where torch ships a fused AdamW kernel
+
+
+def npc_bank(
+    scan: Any,
+    clean_threshold: float,
+    *,
+    seed: int,
+    gmm: dict[str, Any],
+    device: torch.device | str | None,
+    image_neighbour: str,
+    exclude_own_pair: bool = True,
+) -> MemoryBank:
+    """NPC's memory bank from a pass's per-sample losses and embeddings: the GMM clean set
+    (posterior >= ``clean_threshold``) and every sample's nearest clean image and caption."""
+    clean, posterior = gmm_clean_set(scan.loss, clean_threshold, seed=seed, **gmm)
+    return build_memory_bank(
+        clean, scan.image_emb, scan.caption_emb, scan.image_index, posterior,
+        device=device, image_neighbour=image_neighbour, exclude_own_pair=exclude_own_pair,
+    )  # fmt: skip
+
+
+def shared_npc_bank(scan: Any, clean_threshold: float, **kwargs: Any) -> MemoryBank:
+    """:func:`npc_bank` computed once, on rank 0, and sent to every rank (the bank is integer
+    arrays, N int64 per side; the GMM fit and the all-samples nearest-neighbour search would
+    otherwise repeat on every rank, whose merged pass results are identical)."""
+    return on_main(lambda: npc_bank(scan, clean_threshold, **kwargs))
 
 
 def pair_logits(model: nn.Module, batch: Any) -> Tensor:
@@ -496,10 +522,11 @@ class NPCMethod(InfoNCEMethod):
                 ctx, ctx.model, epoch=0, stream=BANK_STREAM, embeddings=True, desc="npc bank",
                 batch_size=self.bank_batch_size or getattr(ctx, "batch_size", 256),
             )  # fmt: skip
-            clean, posterior = gmm_clean_set(
-                scan.loss, self.clean_threshold, seed=int(ctx.seed or 0), **self.gmm.kwargs()
-            )
-            bank = self.core.build_bank(clean, scan, posterior, ctx.device)
+            bank = shared_npc_bank(
+                scan, self.clean_threshold, seed=int(ctx.seed or 0), gmm=self.gmm.kwargs(),
+                device=ctx.device, image_neighbour=self.core.config.image_neighbour,
+                exclude_own_pair=self.core.config.exclude_own_pair,
+            )  # fmt: skip
             if is_main_process():  # every rank holds the bank; rank 0 writes it
                 bank.save(path)
         self.core.attach(ctx, bank)

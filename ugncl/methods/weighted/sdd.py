@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.core.engine.distributed import is_main_process
+from ugncl.core.engine.distributed import is_main_process, on_main
 from ugncl.core.method import section_defaults
 from ugncl.methods.infonce import weighted_mean
 from ugncl.methods.infonce_method import InfoNCEMethod
@@ -219,7 +219,9 @@ class SDDMethod(InfoNCEMethod):
                 )  # fmt: skip
                 meta = {"shift_mean": scan.shift.mean, "shift_std": scan.shift.std}
             clean = bank_clean_mask(scan.diag, self.beta)
-            bank = self.core.build_bank(clean, scan, scan.diag, ctx.device)
+            # The nearest-neighbour search over all samples once, on rank 0, sent to every
+            # rank (their merged pass results are identical).
+            bank = on_main(lambda: self.core.build_bank(clean, scan, scan.diag, ctx.device))
             self._start_diag = scan.diag  # epoch 0 starts from this model: no second pass
             if is_main_process():  # every rank holds the bank; rank 0 writes it
                 bank.save(path)
