@@ -67,6 +67,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16", "tf32"), default="fp32",
+        help="scoring precision (eval.precision): fp32, or bf16 / tf32 to compare with it",
+    )  # fmt: skip
     parser.add_argument("--json", dest="json_out", default=None, help="write results as JSON")
     return parser.parse_args(argv)
 
@@ -185,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         device=device,
         ties=args.ties,
+        precision=args.precision,
     )
     if env.enabled:
         distributed.shutdown()
@@ -202,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             "split": split.split,
             "eval_score": eval_score,
             "ties": args.ties,
+            "precision": args.precision,
             "results": results,
         }
         Path(args.json_out).write_text(json.dumps(payload, indent=2), encoding="utf-8")

@@ -31,6 +31,21 @@ def test_protocol_1k_is_accepted_on_another_image_count(best: Path, tool, capsys
     assert "Use --protocol full (or 1k" in err
 
 
+def test_precision_is_a_setting_of_the_scoring(best: Path, tool, tmp_path: Path) -> None:
+    """--precision bf16 scores the same checkpoint in bfloat16: the metrics are those of a
+    ranking (finite, rSum in range) and may differ from fp32's by rounding only."""
+    import json
+
+    rsum = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / f"{precision}.json"
+        assert tool("eval").main([str(best), "--precision", precision, "--json", str(out)]) == 0
+        data = json.loads(out.read_text())
+        assert data["precision"] == precision
+        rsum[precision] = next(iter(data["results"].values()))["rsum"]
+    assert 0 <= rsum["bf16"] <= 600 and abs(rsum["bf16"] - rsum["fp32"]) < 60
+
+
 @pytest.mark.parametrize("damage", ["negative_var", "nan"])
 def test_a_damaged_checkpoint_is_one_error_line(
     best: Path, tool, tmp_path: Path, capsys, damage: str
