@@ -44,6 +44,7 @@ from ugncl.core.evaluation import eval_mode, view_reducer
 from ugncl.core.method import Method, section_defaults
 from ugncl.methods.hinge import hinge_costs
 from ugncl.methods.noise_detection import detection_record
+from ugncl.methods.readings import ADAM_NO_DECAY, READING_NAMES
 from ugncl.methods.ugncl.evidential import evidence
 from ugncl.methods.ugncl.losses import evidential_loss
 
@@ -60,7 +61,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-READINGS = ("package", "paper", "release")
+READINGS = READING_NAMES
 REFERENCE_BATCH = 128  # the batch at which the release's lambda1 = 0.8 was set (opts.py)
 DIVISION_STREAM = 1  # RNG stream of the division pass order (training uses stream 0)
 
@@ -232,13 +233,10 @@ class DECLConfig:
     # every reading trains with DECL's optimiser, Adam without weight decay (model/DECL.py of the
     # release; the paper's setting), and the paper and release in float32.
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
-        "package": {"train.optimizer": "adam", "train.weight_decay": 0.0,
-                    "train.image_decay_per_rms": None},
-        "paper": {"train.optimizer": "adam", "train.weight_decay": 0.0,
-                  "train.image_decay_per_rms": None, "train.amp": "off"},
-        "release": {"train.optimizer": "adam", "train.weight_decay": 0.0,
-                    "train.image_decay_per_rms": None, "train.amp": "off"},
-    }  # fmt: skip
+        "package": ADAM_NO_DECAY,
+        "paper": {**ADAM_NO_DECAY, "train.amp": "off"},
+        "release": {**ADAM_NO_DECAY, "train.amp": "off"},
+    }
 
     reading: str = "package"
     tau: float = 0.1  # evidence temperature

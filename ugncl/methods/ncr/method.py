@@ -45,11 +45,12 @@ from ugncl.methods.ncr.losses import (
     soft_margin_hinge,
 )
 from ugncl.methods.noise_detection import detection_record
+from ugncl.methods.readings import ADAM_NO_DECAY, READING_NAMES
 from ugncl.methods.triplet import sigmoid_hinge_error
 
 __all__ = ["READINGS", "NCRConfig", "NCRMethod", "Reading", "ncr_pair_fields", "reading_settings"]
 
-READINGS: tuple[str, ...] = ("package", "paper", "release")
+READINGS: tuple[str, ...] = READING_NAMES
 DIVISION_STREAM = 7  # RNG stream of the division pass's order (independent of training's)
 PEER_INIT_STREAM = 1  # seed stream of network B's initial weights
 
@@ -91,15 +92,10 @@ class NCRConfig:
     # reading trains with NCR's optimiser (Adam, no weight decay: the release's co_train.py) and
     # ranks by the mean of both networks' sigmoid scores; the paper and release in float32.
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
-        "package": {"train.optimizer": "adam", "train.weight_decay": 0.0,
-                    "train.image_decay_per_rms": None, "eval.eval_score": "sigmoid"},
-        "paper": {"train.optimizer": "adam", "train.weight_decay": 0.0,
-                  "train.image_decay_per_rms": None, "eval.eval_score": "sigmoid",
-                  "train.amp": "off"},
-        "release": {"train.optimizer": "adam", "train.weight_decay": 0.0,
-                    "train.image_decay_per_rms": None, "eval.eval_score": "sigmoid",
-                    "train.amp": "off"},
-    }  # fmt: skip
+        "package": {**ADAM_NO_DECAY, "eval.eval_score": "sigmoid"},
+        "paper": {**ADAM_NO_DECAY, "eval.eval_score": "sigmoid", "train.amp": "off"},
+        "release": {**ADAM_NO_DECAY, "eval.eval_score": "sigmoid", "train.amp": "off"},
+    }
 
     # package: per-pair soft labels and margins, the noisy pairs' term from the second half of
     # co-training; paper: per-pair, the noisy term from the first co-training epoch; release:
