@@ -56,7 +56,7 @@ __all__ = [
     "Evaluator",
     "StreamedImages",
     "as_eval_data",
-    "caption_block",
+    "batch_block",
     "default_protocol",
     "encode_split",
     "ensemble",
@@ -130,16 +130,16 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
-def caption_block(n_cap: int, batch_size: int) -> tuple[int, int]:
-    """``[start, stop)`` of the captions this rank encodes: a contiguous run of whole
-    encoding batches (:func:`distributed.row_block` over the batches); every caption in one
-    process, or when there are fewer batches than ranks."""
+def batch_block(n: int, batch_size: int) -> tuple[int, int]:
+    """``[start, stop)`` of the ``n`` images or captions this rank encodes: a contiguous run
+    of whole encoding batches (:func:`distributed.row_block` over the batches); all of them
+    in one process, or when there are fewer batches than ranks."""
     world = distributed.world_size()
-    n_batches = -(-n_cap // batch_size)
+    n_batches = -(-n // batch_size)
     if world == 1 or n_batches < world:
-        return 0, n_cap
+        return 0, n
     first, last = distributed.row_block(n_batches)
-    return first * batch_size, min(last * batch_size, n_cap)
+    return first * batch_size, min(last * batch_size, n)
 
 
 class StreamedImages:
@@ -320,20 +320,22 @@ def encode_split(
     packed: Tensor | None = None
     offsets = torch.cumsum(lengths, 0) - lengths
     progress = PassProgress(f"encoding {data.name}/{data.split}", n_img + n_cap)
+    # Several processes: each rank encodes its block of whole batches of the images (held,
+    # not streamed) and of the captions (the batches of one process, so every embedding is
+    # bit-identical to one process's) and the blocks are joined below. Streamed images are
+    # encoded where they are scored, so each rank encodes its own rows there.
+    i0, i1 = (0, 0) if img_emb is not None else batch_block(n_img, batch_size)
     with eval_mode(model):
-        for a in range(0 if img_emb is None else n_img, n_img, batch_size):
-            b = min(a + batch_size, n_img)
+        for a in range(i0, i1, batch_size):
+            b = min(a + batch_size, i1)
             progress.update(b)
             out = model.encode_images(data.images(a, b).to(device))
             if img_emb is None:
                 shape = list(out.shape)
-                shape[axis] = n_img
+                shape[axis] = i1 - i0
                 img_emb = torch.empty(shape, dtype=torch.float32)
-            img_emb.narrow(axis, a, b - a).copy_(out.float().cpu())
-        # Several processes: each rank encodes its block of whole batches (the batches of one
-        # process, so every embedding is bit-identical to one process's) and the blocks are
-        # joined below.
-        c0, c1 = caption_block(n_cap, batch_size)
+            img_emb.narrow(axis, a - i0, b - a).copy_(out.float().cpu())
+        c0, c1 = batch_block(n_cap, batch_size)
         for a in range(c0, c1, batch_size):
             b = min(a + batch_size, n_cap)
             progress.update(n_img + b)
@@ -350,6 +352,8 @@ def encode_split(
             if cap_emb is None:
                 cap_emb = torch.empty((c1 - c0, *out.shape[1:]), dtype=torch.float32)
             cap_emb[a - c0 : b - c0] = out.float().cpu()
+    if (i0, i1) != (0, n_img) and not isinstance(img_emb, StreamedImages):
+        img_emb = distributed.gather_blocks(img_emb.movedim(axis, 0)).movedim(0, axis).contiguous()
     if (c0, c1) != (0, n_cap):
         if packed is not None:
             packed = distributed.gather_blocks(packed)

@@ -1,7 +1,7 @@
-"""One rank of the split caption-encoding test (started by ``test_distributed.py`` with
-torchrun's environment variables): ``python encode_worker.py OUT_DIR``. Each rank encodes
-the split ``write_split(OUT_DIR)`` wrote with a token-level model (SGRAF: packed words) and a
-sentence-level one, counting the captions it encoded, and saves the joined caption
+"""One rank of the split encoding test (started by ``test_distributed.py`` with torchrun's
+environment variables): ``python encode_worker.py OUT_DIR``. Each rank encodes the split
+``write_split(OUT_DIR)`` wrote with a token-level model (SGRAF: packed words) and a
+sentence-level one, counting the images and captions it encoded, and saves the joined
 embeddings and the counts as ``encoded_r{rank}.npz``."""
 
 from __future__ import annotations
@@ -66,19 +66,26 @@ def encode(root: Path) -> dict[str, np.ndarray]:
               "sentence": SentenceModel(vocab)}  # fmt: skip
     out: dict[str, np.ndarray] = {}
     for name, model in models.items():
-        seen = []
-        encode_captions = model.encode_captions
+        seen: list[int] = []
+        seen_images: list[int] = []
+        encode_captions, encode_images = model.encode_captions, model.encode_images
 
         def counted(captions: Tensor, lengths: Tensor, _f=encode_captions, _seen=seen) -> Tensor:
             _seen.append(int(captions.shape[0]))
             return _f(captions, lengths)
 
-        model.encode_captions = counted
+        def counted_images(images: Tensor, _f=encode_images, _seen=seen_images) -> Tensor:
+            _seen.append(int(images.shape[0]))
+            return _f(images)
+
+        model.encode_captions, model.encode_images = counted, counted_images
         enc = encode_split(model, split, batch_size=3, device="cpu")
         cap = enc.cap_emb
         out[name] = (cap.data if hasattr(cap, "data") and not isinstance(cap, Tensor)
                      else cap).numpy()  # fmt: skip
         out[f"{name}_encoded"] = np.asarray(sum(seen))
+        out[f"{name}_images"] = enc.img_emb.numpy()
+        out[f"{name}_images_encoded"] = np.asarray(sum(seen_images))
     return out
 
 

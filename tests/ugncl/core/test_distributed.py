@@ -367,10 +367,11 @@ def test_npc_bank_is_built_on_rank_0_and_equals_one_process(tmp_path: Path) -> N
             np.testing.assert_array_equal(got[key], getattr(single, key))
 
 
-def test_caption_encoding_is_split_across_ranks_and_equals_one_process(tmp_path: Path) -> None:
-    """Two gloo ranks encode a split's captions: each encodes its block of whole batches (4 and
-    3 of the 7 batches of 3), and both hold the one-process embeddings, bit for bit, packed
-    words (SGRAF) and sentence vectors alike."""
+def test_encoding_is_split_across_ranks_and_equals_one_process(tmp_path: Path) -> None:
+    """Two gloo ranks encode a split: each encodes its block of whole batches of the captions
+    (4 and 3 of the 7 batches of 3) and of the images (2 and 1 of the 3 batches of 3), and both
+    hold the one-process embeddings, bit for bit, packed words (SGRAF) and sentence vectors
+    alike, and SGRAF's (W, n, R, E) and the sentence model's (n, E) image embeddings."""
     spec = importlib.util.spec_from_file_location("encode_worker", WORKER.with_name(
         "encode_worker.py"))  # fmt: skip
     module = importlib.util.module_from_spec(spec)
@@ -381,8 +382,11 @@ def test_caption_encoding_is_split_across_ranks_and_equals_one_process(tmp_path:
     single = module.encode(tmp_path)
     n_cap = module.N_IMG * module.CPI
     assert int(single["sgraf_encoded"]) == int(single["sentence_encoded"]) == n_cap
-    for rank, encoded in enumerate((12, 9)):
+    assert int(single["sgraf_images_encoded"]) == module.N_IMG
+    for rank, (encoded, images) in enumerate(((12, 6), (9, 1))):
         got = np.load(tmp_path / f"encoded_r{rank}.npz")
         for name in ("sgraf", "sentence"):
             assert int(got[f"{name}_encoded"]) == encoded
+            assert int(got[f"{name}_images_encoded"]) == images
             np.testing.assert_array_equal(got[name], single[name])
+            np.testing.assert_array_equal(got[f"{name}_images"], single[f"{name}_images"])
