@@ -5,7 +5,8 @@ called in-process through their ``main(argv)``).
 A case is ``None`` where the tool has no such input or output (it only prints, or reads no
 file): ``bench.py``, ``bench_memory_bank.py`` and ``bench_prefilter.py`` read no file and
 write only to stdout (``gpu_check.py`` reads no file and writes only its ``--json`` file);
-``lint_prose.py`` and ``write_base_config.py`` read and write the repository's own files.
+``lint_prose.py`` and ``write_base_config.py`` read and write the repository's own files;
+``readings.py`` resolves the repository's configs and only prints.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
             "bad": ["--world", str(bad)],
         },
         "lint_prose": {"ro": None, "zero": None, "bad": None},
+        "readings": {"ro": None, "zero": None, "bad": None},  # resolves configs, prints
         "write_base_config": {"ro": None, "zero": None, "bad": None},
         "build_vocab": {
             "ro": [

@@ -237,6 +237,13 @@ class DECLConfig:
         "paper": {**ADAM_NO_DECAY, "train.amp": "off"},
         "release": {**ADAM_NO_DECAY, "train.amp": "off"},
     }
+    # What each reading decides inside the method, beyond the keys (tools/readings.py).
+    READING_NOTES: ClassVar[dict[str, str]] = {
+        "package": "RDH negatives' schedule from the batch at hand; RDH weight "
+        "rdh_weight * 128 / K (the release's balance at K = 128 for every K)",
+        "paper": "RDH negatives' schedule from the batch at hand (Suppl. Alg. 1's K)",
+        "release": "RDH negatives' schedule from train.batch_size",
+    }
 
     reading: str = "package"
     tau: float = 0.1  # evidence temperature

@@ -97,6 +97,13 @@ class NCRConfig:
         "release": {**ADAM_NO_DECAY, "eval.eval_score": "sigmoid", "train.amp": "off"},
     }
 
+    # What each reading decides inside the method, beyond the keys (tools/readings.py).
+    READING_NOTES: ClassVar[dict[str, str]] = {
+        name: f"margins {r.margin_shape}, noisy pairs' term "
+        + ("from co-training epoch train.epochs // 2" if r.noisy_from_half else "from the start")
+        for name, r in _READINGS.items()
+    }
+
     # package: per-pair soft labels and margins, the noisy pairs' term from the second half of
     # co-training; paper: per-pair, the noisy term from the first co-training epoch; release:
     # the released broadcasts (docs/methods/ncr.md).
