@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from precomputed.errors import UserError
+from ugncl.run.config_upgrade import upgrade_tree
 
 __all__ = [
     "COLUMNS",
@@ -326,6 +327,7 @@ def read_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
         raise CompareError(f"{run_dir}: cannot read its config.yaml/metrics.jsonl ({err})") from err
     if not isinstance(config, dict):
         raise CompareError(f"{config_path} is not a config mapping")
+    config = upgrade_tree(config, str(config_path))  # an earlier version's names
     if test_record(records) is None:
         raise unfinished_error(run_dir)
     return summarize_run(name or run_dir.name, config, records)

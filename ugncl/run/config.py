@@ -44,6 +44,7 @@ from ugncl.core.evaluation import EVAL_SCORES
 from ugncl.core.optim import OPTIMIZERS, SCHEDULES
 from ugncl.core.prefilter import KINDS as PREFILTER_KINDS
 from ugncl.methods import METHODS
+from ugncl.run.config_upgrade import upgrade_tree
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 BASE_KEY = "_base_"
@@ -293,7 +294,7 @@ def config_chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
                 f"{path}: the _base_ chain is longer than {MAX_CHAIN} files; configs stand on a "
                 "track base over base.yaml, not on deeper chains"
             )
-        tree = _read_yaml(current)
+        tree = upgrade_tree(_read_yaml(current), str(current))
         chain.append((current, tree))
         current = _base_of(current, tree)
     return list(reversed(chain))

@@ -54,6 +54,7 @@ from ugncl.run.build import (
 )
 from ugncl.run.cli import check_writable
 from ugncl.run.config import ConfigError, load_config
+from ugncl.run.config_upgrade import upgrade_tree
 
 logger = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ def check_identity(
     """
     saved = state.get("config")
     if isinstance(saved, dict):
-        old, new = _flatten(saved), _flatten(config.to_dict())
+        old, new = _flatten(upgrade_tree(saved, str(where))), _flatten(config.to_dict())
         # Keys of both only: a key this version of the package added has its default.
         for key in sorted(set(old) & set(new)):
             if key in SAFE_RESUME_KEYS or old[key] == new[key]:
