@@ -113,6 +113,14 @@ def test_every_backbone_has_a_smoke_run() -> None:
     }
 
 
+def test_the_comparison_plan_leaves_out_exactly_the_refused_cells() -> None:
+    """``compare_grid.REFUSED`` (the plan cannot build models to ask) is the set the methods'
+    ``backbone_error`` refuses, checked by the test below."""
+    from ugncl.run.compare_grid import REFUSED as PLAN_REFUSED
+
+    assert {(b, m) for b, names in PLAN_REFUSED.items() for m in names} == set(REFUSED)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("backbone", "method", "extra"), CELLS, ids=lambda c: str(c))
 def test_each_method_trains_on_each_backbone(
