@@ -256,8 +256,8 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     if args.set:  # e.g. a smoke run: fewer images and epochs in every cell
         cells = [dataclasses.replace(c, overrides=(*c.overrides, *args.set)) for c in cells]
     if args.report_only:
-        status = {c.name: "done" if cell_state(Path(args.out), c) == "done" else "not run"
-                  for c in cells}  # fmt: skip
+        words = {"done": "done", "stale": "stale (trained with another config; not reported)"}
+        status = {c.name: words.get(cell_state(Path(args.out), c), "not run") for c in cells}
         if "done" not in status.values():
             raise CompareError(
                 f"no cell of the {args.plan} plan has finished in {args.out}: run "

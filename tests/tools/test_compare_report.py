@@ -255,13 +255,25 @@ def test_plan_estimates_fit_their_bounds() -> None:
     assert quick < 20 * 60 * 0.75
 
 
-def test_plan_resumes_a_partial_cell_and_reuses_a_done_one(fixture_runs, tmp_path) -> None:
-    root, _ = fixture_runs
-    done = Cell("sgraf-ugncl-n50-s0", "ugncl", "sgraf", "ugncl_synthetic", (), 0.5, 0)
-    partial_dir = write_run(root, "sgraf-sdd-n50-s0", _config("sdd", "sgraf", 0.5, 0),
-                            [{"event": "setup", "time": 0.0}])  # fmt: skip
-    partial = Cell(partial_dir.name, "sdd", "sgraf", "triplet_synthetic",
-                   ("model.sgraf.init=@start_from@",), 0.5, 0, start_from="warm")  # fmt: skip
+def _cell_folder(root: Path, cell: Cell, records: list[dict], *sets: str) -> Path:
+    """A folder as tools/train.py leaves it for ``cell`` (with ``sets`` on top): its resolved
+    config and ``records``."""
+    from ugncl.run.compare_grid import REPO, _cell_sets
+    from ugncl.run.config import load_config
+
+    config = load_config(cell.config, [*_cell_sets(root, cell), *sets], cwd=REPO)[0]
+    return write_run(root, cell.name, config.to_dict(), records)
+
+
+def test_plan_resumes_a_partial_cell_and_reuses_a_done_one(tmp_path) -> None:
+    root = tmp_path / "compare"
+    done = Cell("sgraf-ugncl-n50-s0", "ugncl", "sgraf", "ugncl_synthetic", ("train.seed=0",),
+                0.5, 0)  # fmt: skip
+    _cell_folder(root, done, [{"event": "setup"}, {"event": "test", "rsum": 1.0}])
+    partial = Cell("sgraf-sdd-n50-s0", "sdd", "sgraf", "triplet_synthetic",
+                   ("method.name=sdd", "model.sgraf.init=@start_from@"), 0.5, 0,
+                   start_from="warm")  # fmt: skip
+    partial_dir = _cell_folder(root, partial, [{"event": "setup", "time": 0.0}])
     new = Cell("new", "npc", "sgraf", "triplet_synthetic", ("model.sgraf.init=@start_from@",),
                0.5, 0, start_from="warm")  # fmt: skip
     assert [cell_state(root, c) for c in (done, partial, new)] == ["done", "partial", "new"]
@@ -269,6 +281,25 @@ def test_plan_resumes_a_partial_cell_and_reuses_a_done_one(fixture_runs, tmp_pat
     cmd = _command(root, new, "py")
     assert f"model.sgraf.init={root / 'warm' / 'checkpoints' / 'last.pt'}" in cmd
     assert cmd[-2:] == [f"run.out_dir={root}", "run.name=new"]
+
+
+def test_a_cell_trained_with_another_config_is_stale_set_aside_and_trained_again(tmp_path):
+    """A done folder whose config is not what its cell resolves to now (the plan or a reading
+    changed since) is never reported as the plan's: ``run_plan`` moves it aside (nothing is
+    deleted), names the keys, and trains the cell again."""
+    from ugncl.run.compare_grid import cell_differences, run_plan
+
+    root = tmp_path / "compare"
+    sets = ("method.name=npc", "method.npc.reading=paper", "train.seed=0")
+    cell = Cell("sgraf-npc-paper-n50-s0", "npc-paper", "sgraf", "clean_synthetic", sets, 0.5, 0)
+    _cell_folder(root, cell, [{"event": "test", "rsum": 30.8}], "train.lr=2e-7")
+    assert cell_differences(root, cell) == ["train.lr"]
+    assert cell_state(root, cell) == "stale"
+    lines: list[str] = []
+    status = run_plan([cell], root, python="/bin/false", log=lines.append)
+    assert (root / f"{cell.name}.stale-1" / "config.yaml").is_file()
+    assert "stale sgraf-npc-paper-n50-s0: trained with other train.lr" in lines[0]
+    assert status[cell.name].startswith("failed")  # /bin/false: the cell was launched again
 
 
 def test_grid_run_leaves_the_thread_count_as_it_found_it(tool, tiny_world, tiny_model, tmp_path):

@@ -232,6 +232,10 @@ class DECLConfig:
     # The keys each reading sets beyond this section's own switch (ugncl.run.config.apply_reading):
     # every reading trains with DECL's optimiser, Adam without weight decay (model/DECL.py of the
     # release; the paper's setting), and the paper and release in float32.
+    # The backbone whose training recipe (train.*) the readings give: DECL's paper and release train
+    # SGRAF; on the other backbone a reading sets the method's keys only
+    # (ugncl.run.config.reading_layer).
+    READING_BACKBONE: ClassVar[str] = "sgraf"
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
         "package": ADAM_NO_DECAY,
         "paper": {**ADAM_NO_DECAY, "train.amp": "off"},

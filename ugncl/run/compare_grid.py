@@ -166,14 +166,12 @@ def method_reading(name: str) -> str | None:
     return "paper" if "paper" in readings else "package"
 
 
-def reading_keys(name: str, reading: str | None) -> set[str]:
-    """The dotted keys the method's ``reading`` sets (its ``READINGS`` entry)."""
-    from ugncl.methods import METHODS
+def reading_keys(name: str, reading: str | None, backbone: str) -> set[str]:
+    """The dotted keys the method's ``reading`` sets on ``backbone``
+    (:func:`ugncl.run.config.reading_layer`)."""
+    from ugncl.run.config import reading_layer
 
-    if reading is None:
-        return set()
-    readings = getattr(getattr(METHODS.get(name), "config", None), "READINGS", None) or {}
-    return set(readings.get(reading) or {})
+    return set(reading_layer(name, reading, backbone)) if reading is not None else set()
 
 
 def known_keys() -> set[str]:
@@ -224,7 +222,7 @@ class RowSpec:
 
 def _shared(backbone: str, method: str, reading: str | None) -> tuple[str, ...]:
     """:data:`SHARED` less the keys the method's reading sets itself."""
-    own = reading_keys(method, reading)
+    own = reading_keys(method, reading, backbone)
     return tuple(f"{k}={v}" for k, v in SHARED[backbone].items() if k not in own)
 
 
@@ -464,19 +462,62 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def cell_state(out: Path, cell: Cell) -> str:
-    """``done`` (a test record), ``partial`` (a folder without one: resume) or ``new``."""
+    """``done`` (a test record), ``partial`` (a folder without one: resume), ``new``, or
+    ``stale``: the folder trained another config than the plan's cell resolves to now (the
+    plan or a reading changed since), so its numbers are not this plan's."""
     run_dir = out / cell.name
     if not (run_dir / "config.yaml").is_file():
         return "new"
+    if cell_differences(out, cell):
+        return "stale"
     return "done" if any(r.get("event") == "test" for r in _records(run_dir)) else "partial"
+
+
+def _cell_sets(out: Path, cell: Cell) -> list[str]:
+    start = str(out / cell.start_from / "checkpoints" / "last.pt") if cell.start_from else ""
+    return [s.replace(START, start) for s in cell.overrides]
+
+
+def cell_differences(out: Path, cell: Cell) -> list[str]:
+    """The config keys (``run.*`` aside) whose values in the cell's folder differ from what the
+    cell resolves to now; ``["config.yaml"]`` where the folder's config no longer loads."""
+    from ugncl.run.config import ConfigError, load_config
+
+    try:
+        saved = _flat(load_config(out / cell.name / "config.yaml", cwd=REPO)[0].to_dict())
+    except ConfigError:
+        return ["config.yaml"]
+    wanted = _flat(load_config(cell.config, _cell_sets(out, cell), cwd=REPO)[0].to_dict())
+    keys = (set(saved) | set(wanted)) - {
+        k for k in set(saved) | set(wanted) if k.startswith("run.")
+    }
+    return sorted(k for k in keys if saved.get(k) != wanted.get(k))
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def set_aside(out: Path, cell: Cell) -> Path:
+    """Move a stale cell's folder to ``<name>.stale-<n>`` (nothing is deleted) and return it."""
+    n = 1
+    while (out / f"{cell.name}.stale-{n}").exists():
+        n += 1
+    target = out / f"{cell.name}.stale-{n}"
+    (out / cell.name).rename(target)
+    return target
 
 
 def _command(out: Path, cell: Cell, python: str) -> list[str]:
     if cell_state(out, cell) == "partial":
         return [python, str(TRAIN), "--resume", str(out / cell.name)]
-    start = str(out / cell.start_from / "checkpoints" / "last.pt") if cell.start_from else ""
-    sets = [s.replace(START, start) for s in cell.overrides]
-    return [python, str(TRAIN), "--cfg", cell.config, "--set", *sets,
+    return [python, str(TRAIN), "--cfg", cell.config, "--set", *_cell_sets(out, cell),
             f"run.out_dir={out}", f"run.name={cell.name}"]  # fmt: skip
 
 
@@ -494,7 +535,15 @@ def run_plan(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     python = python or sys.executable
-    status = {c.name: "done" for c in cells if cell_state(out, c) == "done"}
+    states = {c.name: cell_state(out, c) for c in cells}
+    for cell in cells:
+        if states[cell.name] == "stale":
+            changed = cell_differences(out, cell)
+            moved = set_aside(out, cell)
+            more = " ..." if len(changed) > 4 else ""
+            log(f"stale {cell.name}: trained with other {', '.join(changed[:4])}{more}; "
+                f"moved to {moved.name}, training again")  # fmt: skip
+    status = {name: "done" for name, state in states.items() if state == "done"}
     pending = [c for c in cells if c.name not in status]
     running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
     while pending or running:

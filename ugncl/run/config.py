@@ -341,6 +341,28 @@ def _dotted_leaves(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
+#: The keys a reading sets only on the backbone its paper trained (``READING_BACKBONE`` of the
+#: method's section): the training recipe (optimiser, lr, batch, epochs, precision) of a CLIP
+#: fine-tune means nothing for SGRAF trained from scratch, and the reverse.
+RECIPE_PREFIX = "train."
+
+
+def reading_layer(name: str, reading: Any, backbone: str | None) -> dict[str, Any]:
+    """The keys method ``name``'s ``reading`` sets on ``backbone``: its ``READINGS`` entry,
+    less the training recipe (:data:`RECIPE_PREFIX`) where the backbone is not the one the
+    paper trained (the section's ``READING_BACKBONE``). Empty for a method without readings or
+    an unknown reading."""
+    section = getattr(METHODS.get(name), "config", None)
+    readings = getattr(section, "READINGS", None) or {}
+    values = readings.get(reading) if isinstance(reading, str) else None
+    if not values:
+        return {}
+    home = getattr(section, "READING_BACKBONE", None)
+    if home is not None and backbone is not None and backbone != home:
+        return {k: v for k, v in values.items() if not k.startswith(RECIPE_PREFIX)}
+    return dict(values)
+
+
 def apply_reading(tree: dict[str, Any], explicit: set[str]) -> dict[str, Any]:
     """The method's reading (``method.<name>.reading``: ``paper``, ``release`` or ``package``)
     sets the keys its section lists in ``READINGS`` (the method's and shared ones, such as the
@@ -349,18 +371,18 @@ def apply_reading(tree: dict[str, Any], explicit: set[str]) -> dict[str, Any]:
 
     ``package`` is the dataclasses' defaults; the other readings name every key where they
     differ. A key a config states beside a reading is the config's departure from it, and the
-    config's first line must say so (a test checks the shipped configs).
+    config's first line must say so (a test checks the shipped configs). On a backbone other
+    than the paper's, a reading sets the method's keys and not the paper's training recipe
+    (:func:`reading_layer`): the backbone's track trains it.
     """
     name = tree.get("method", {}).get("name", MethodSection.name)
     spec = METHODS.get(name)
-    readings = getattr(getattr(spec, "config", None), "READINGS", None)
-    if not readings:
+    if not getattr(getattr(spec, "config", None), "READINGS", None):
         return tree
     section = tree.get("method", {}).get(name, {})
     reading = section.get("reading", getattr(spec.config, "reading", "package"))
-    values = readings.get(reading) if isinstance(reading, str) else None
-    if values is None:  # an unknown reading or a non-word: the checks name the valid ones
-        return tree
+    backbone = tree.get("model", {}).get("backbone", ModelSection.backbone)
+    values = reading_layer(name, reading, backbone if isinstance(backbone, str) else None)
     layer = [f"{key}={_yaml_scalar(value)}" for key, value in values.items() if key not in explicit]
     return apply_overrides(tree, layer)
 
@@ -488,12 +510,15 @@ def build_config(tree: Mapping[str, Any]) -> Config:
     return config
 
 
-def load_config(name_or_path: str | Path, overrides: Sequence[str] = ()) -> tuple[Config, Path]:
-    """Resolve, merge, override and validate; returns the config and the file it came from."""
+def load_config(
+    name_or_path: str | Path, overrides: Sequence[str] = (), cwd: Path | None = None
+) -> tuple[Config, Path]:
+    """Resolve, merge, override and validate; returns the config and the file it came from.
+    Relative paths are made absolute against ``cwd`` (default: the working directory)."""
     path = resolve_config_path(name_or_path)
     tree = apply_overrides(load_yaml_tree(path), overrides)
     tree = apply_reading(tree, explicit_keys(path, overrides))
-    return build_config(absolute_paths(tree)), path
+    return build_config(absolute_paths(tree, cwd)), path
 
 
 def absolute_paths(tree: Mapping[str, Any], cwd: Path | None = None) -> dict[str, Any]:

@@ -305,6 +305,24 @@ def test_ugncl_configs_take_the_method_and_optimiser_from_their_reading(name, re
     ]
 
 
+@pytest.mark.parametrize(
+    ("method", "home", "other"),
+    [("npc", "clip_synthetic", "clean_synthetic"), ("sdd", "clip_synthetic", "clean_synthetic"),
+     ("osa", "clip_synthetic", "clean_synthetic"), ("ugncl", "clean_synthetic", "clip_synthetic"),
+     ("decl", "clean_synthetic", "clip_synthetic")],
+)  # fmt: skip
+def test_a_reading_gives_its_training_recipe_on_its_papers_backbone_only(method, home, other):
+    """NPC's paper fine-tunes CLIP at lr 2e-7: on SGRAF (trained from scratch) its paper
+    reading sets NPC's keys and leaves the training to the SGRAF track, and UGNCL's Adam recipe
+    is not CLIP's; the method's own keys follow the reading on both backbones."""
+    sets = (f"method.name={method}", f"method.{method}.reading=paper")
+    at_home = load_config(home, sets)[0]
+    away, track = load_config(other, sets)[0], load_config(other, (f"method.name={method}",))[0]
+    assert away.train == track.train
+    assert at_home.train != load_config(home, (f"method.name={method}",))[0].train
+    assert getattr(away.method, method) == getattr(at_home.method, method)
+
+
 def test_plain_baselines_keep_the_releases_optimiser() -> None:
     # The plain SGRAF baselines train as SGRAF/NCR do (Adam, no decay): UGNCL's decay is its own
     # decision, and a baseline sharing it would no longer be the plain model.

@@ -91,6 +91,10 @@ class NCRConfig:
     # The keys each reading sets beyond this section (ugncl.run.config.apply_reading): every
     # reading trains with NCR's optimiser (Adam, no weight decay: the release's co_train.py) and
     # ranks by the mean of both networks' sigmoid scores; the paper and release in float32.
+    # The backbone whose training recipe (train.*) the readings give: NCR's paper and release train
+    # SGRAF; on the other backbone a reading sets the method's keys only
+    # (ugncl.run.config.reading_layer).
+    READING_BACKBONE: ClassVar[str] = "sgraf"
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
         "package": {**ADAM_NO_DECAY, "eval.eval_score": "sigmoid"},
         "paper": {**ADAM_NO_DECAY, "eval.eval_score": "sigmoid", "train.amp": "off"},

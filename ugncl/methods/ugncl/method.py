@@ -73,6 +73,10 @@ class UGNCLConfig:
     # safe (the evidence ceiling, Eq. 17's clamped logit and the exact fusion stay: the
     # printed forms overflow or are NaN); release where the public code differs from the
     # paper (it has no training driver: the division's pass and start follow the paper).
+    # The backbone whose training recipe (train.*) the readings give: UGNCL's paper and release
+    # train SGRAF; on the other backbone a reading sets the method's keys only
+    # (ugncl.run.config.reading_layer).
+    READING_BACKBONE: ClassVar[str] = "sgraf"
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
         # prefilter.kind is a run-level section (any method may use it), so the package
         # reading names it: UGNCL's defaults were measured with it on.

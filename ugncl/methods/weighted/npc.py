@@ -426,6 +426,10 @@ class NPCConfig:
     }
     # Every key where the paper as printed and the public release differ from the package
     # (docs/methods/weighted.md, "NPC").
+    # The backbone whose training recipe (train.*) the readings give: NPC's paper and release fine-
+    # tune CLIP; on the other backbone a reading sets the method's keys only
+    # (ugncl.run.config.reading_layer).
+    READING_BACKBONE: ClassVar[str] = "clip"
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
         "package": {},
         "paper": {"method.npc.siamese.exclude_own_pair": False, **NPC_TRAINING},

@@ -131,6 +131,10 @@ class OSAConfig:
     }
     # Every key where the paper as printed and the public release differ from the package
     # (docs/methods/weighted.md, "OSA").
+    # The backbone whose training recipe (train.*) the readings give: OSA's paper settings are its
+    # CLIP fine-tune's; on the other backbone a reading sets the method's keys only
+    # (ugncl.run.config.reading_layer).
+    READING_BACKBONE: ClassVar[str] = "clip"
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
         "package": {},
         "paper": {"method.osa.adapt": False, **OSA_TRAINING},

@@ -76,6 +76,10 @@ class SDDConfig:
     }
     # Every key where the paper as printed and the public release differ from the package
     # (docs/methods/weighted.md, "SDD").
+    # The backbone whose training recipe (train.*) the readings give: SDD's paper and release fine-
+    # tune CLIP; on the other backbone a reading sets the method's keys only
+    # (ugncl.run.config.reading_layer).
+    READING_BACKBONE: ClassVar[str] = "clip"
     READINGS: ClassVar[dict[str, dict[str, Any]]] = {
         "package": {},
         "paper": {
