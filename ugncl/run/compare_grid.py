@@ -481,27 +481,17 @@ def _cell_sets(out: Path, cell: Cell) -> list[str]:
 def cell_differences(out: Path, cell: Cell) -> list[str]:
     """The config keys (``run.*`` aside) whose values in the cell's folder differ from what the
     cell resolves to now; ``["config.yaml"]`` where the folder's config no longer loads."""
-    from ugncl.run.config import ConfigError, load_config
+    from ugncl.run.config import ConfigError, flat_tree, load_config
 
     try:
-        saved = _flat(load_config(out / cell.name / "config.yaml", cwd=REPO)[0].to_dict())
+        saved = flat_tree(load_config(out / cell.name / "config.yaml", cwd=REPO)[0].to_dict())
     except ConfigError:
         return ["config.yaml"]
-    wanted = _flat(load_config(cell.config, _cell_sets(out, cell), cwd=REPO)[0].to_dict())
+    wanted = flat_tree(load_config(cell.config, _cell_sets(out, cell), cwd=REPO)[0].to_dict())
     keys = (set(saved) | set(wanted)) - {
         k for k in set(saved) | set(wanted) if k.startswith("run.")
     }
     return sorted(k for k in keys if saved.get(k) != wanted.get(k))
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def set_aside(out: Path, cell: Cell) -> Path:

@@ -331,6 +331,17 @@ def explicit_keys(path: Path, overrides: Sequence[str] = ()) -> set[str]:
     return keys
 
 
+def flat_tree(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of a nested tree's leaves (``Config.to_dict()``, a YAML tree)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(flat_tree(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _dotted_leaves(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
     out = []
     for key, value in tree.items():

@@ -53,7 +53,7 @@ from ugncl.run.build import (
     open_run_data,
 )
 from ugncl.run.cli import check_writable
-from ugncl.run.config import ConfigError, load_config
+from ugncl.run.config import ConfigError, flat_tree, load_config
 from ugncl.run.config_upgrade import upgrade_tree
 
 logger = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ def resume_changes(run_dir: Path, config: Config, *, restart: bool = False) -> d
     Raises:
         ConfigError: a change outside :data:`SAFE_RESUME_KEYS` (it would change the experiment).
     """
-    saved = _flatten(load_resume_config(run_dir).to_dict())
-    new = _flatten(config.to_dict())
+    saved = flat_tree(load_resume_config(run_dir).to_dict())
+    new = flat_tree(config.to_dict())
     changes = {k: [saved.get(k), v] for k, v in new.items() if saved.get(k) != v}
     fresh = restart or (
         not (run_dir / "checkpoints" / "last.pt").is_file()
@@ -192,16 +192,6 @@ def _drop_checkpoints(run_dir: Path) -> None:
         path.unlink()
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def file_sha256(path: str | Path) -> str:
     """sha256 of a file's bytes (read in 1 MiB blocks)."""
     digest = hashlib.sha256()
@@ -218,7 +208,7 @@ def run_identity(config: Config, image_index: Any, data: Any) -> dict[str, str]:
     """
     from precomputed.noise import noise_sha256
 
-    flat = _flatten(config.to_dict())
+    flat = flat_tree(config.to_dict())
     learned = {k: v for k, v in flat.items() if k not in SAFE_RESUME_KEYS}
     identity = {
         "config": hashlib.sha256(
@@ -248,7 +238,7 @@ def check_identity(
     """
     saved = state.get("config")
     if isinstance(saved, dict):
-        old, new = _flatten(upgrade_tree(saved, str(where))), _flatten(config.to_dict())
+        old, new = flat_tree(upgrade_tree(saved, str(where))), flat_tree(config.to_dict())
         # Keys of both only: a key this version of the package added has its default.
         for key in sorted(set(old) & set(new)):
             if key in SAFE_RESUME_KEYS or old[key] == new[key]:
@@ -317,7 +307,7 @@ def check_weight_files(config: Config) -> None:
     ``method.osa.estimator`` would otherwise be read only by the method's setup)."""
     from ugncl.run.build import model_from_file
 
-    path = _flatten(config.to_dict()).get("method.osa.estimator")
+    path = flat_tree(config.to_dict()).get("method.osa.estimator")
     if config.method.name == "osa" and isinstance(path, str):
         try:
             model_from_file(path)
