@@ -102,16 +102,24 @@ class _WithExtra(torch.utils.data.Dataset):
     there, not in the main process at every step."""
 
     def __init__(
-        self, data: TrainingData, batches: list[list[int]], extra: Callable[[np.ndarray], Any]
+        self,
+        data: TrainingData,
+        batches: list[list[int]],
+        extra: Callable[[np.ndarray], Any],
+        asking: list[list[int]] | None = None,
     ) -> None:
+        """``asking[b]``: the indices whose extra samples batch ``b`` brings (default the
+        batch's own; a gathered method's rank asks for its global batch's)."""
         self.data, self.batches, self.extra = data, batches, extra
+        self.asking = batches if asking is None else asking
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, b: int) -> tuple[PairBatch, PairBatch | None]:
         idx = np.asarray(self.batches[b], dtype=np.int64)
-        more = np.asarray(self.extra(idx), dtype=np.int64).reshape(-1)
+        more = np.asarray(self.extra(np.asarray(self.asking[b], dtype=np.int64)), dtype=np.int64)
+        more = more.reshape(-1)
         batch = self.data.collate([self.data.dataset[int(i)] for i in idx])
         if not more.size:
             return batch, None
@@ -354,8 +362,11 @@ class Trainer:
         if self.dist.enabled:
             local = distributed.shard_global_batches(global_batches, self.dist)
         if extra is not None:
+            # A gathered method sees the global batch's indices: its extras are that batch's.
+            gathered = getattr(self.method, "negatives", "gathered") == "gathered"
+            asking = global_batches if gathered else local
             loader = DataLoader(
-                _WithExtra(self.data, local, extra), batch_size=None, collate_fn=_as_is,
+                _WithExtra(self.data, local, extra, asking), batch_size=None, collate_fn=_as_is,
                 num_workers=self.num_workers,
             )  # fmt: skip
             return loader, global_batches
