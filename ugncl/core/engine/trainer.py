@@ -7,6 +7,7 @@ method supplies loss terms (and its lifecycle hooks), the evaluator ranks splits
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
@@ -228,6 +229,7 @@ class Trainer:
             fetch=self.fetch,
             global_step=self.global_step,
             prefilter=None if epoch is None else self._prefilter_at(epoch),
+            every_batch=functools.partial(self.ordered_batches, shard=False),
         )
 
     def _prefilter_at(self, epoch: int) -> PrefilterSelection | None:
@@ -265,16 +267,18 @@ class Trainer:
         *,
         drop_last: bool = False,
         data: TrainingData | None = None,
+        shard: bool = True,
     ) -> DataLoader:
         """Batches of the training samples (or ``indices``) in the seeded order of
         (epoch, stream); see :func:`ugncl.core.engine.sampling.batch_indices` for the tail.
         ``data``: the same samples in another input format (default: the training data).
         Several processes: this rank's whole batches ``rank::world`` of the pass (merge the
-        per-sample results with :func:`ugncl.core.engine.distributed.merge_rows`)."""
+        per-sample results with :func:`ugncl.core.engine.distributed.merge_rows`); every
+        batch with ``shard=False``."""
         data = self.data if data is None else data
         order = epoch_order(data.num_samples, self.seed, epoch, stream, indices)
         batches = batch_indices(order, batch_size, drop_last=drop_last)
-        if self.dist.enabled:
+        if self.dist.enabled and shard:
             batches = distributed.shard_pass_batches(batches, self.dist)
         return DataLoader(
             data.dataset,
