@@ -12,14 +12,16 @@ What is sharded and how (docs/distributed.md has the user's view):
 * Training: the epoch order is still ``epoch_order(seed, epoch)``; it is cut into global
   batches of ``train.batch_size`` (B) and rank r trains on slice ``[r*B/W, (r+1)*B/W)`` of each
   (:func:`shard_global_batches`). B must divide by W (:func:`check_global_batch`).
-* In-batch losses whose negatives are the batch (triplet, UGNCL, CLIP InfoNCE, OSA): the model
+* In-batch losses whose negatives are the batch (every registered method): the model
   is wrapped in :class:`PairForward`, whose forward encodes the rank's micro-batch, gathers the
   caption embeddings and the score rows *with* gradient and returns the global ``(W, B, B)``
   matrix, so the method's loss is the one-process loss of the global batch; every rank computes
   it and DDP's gradient mean recovers the one-process gradient (see :class:`_AllGather`).
   Around that forward a :class:`sgraf.shard.BatchShard` names the rank's rows, so dropout draws
   the global batch's masks from one process's generator (these ranks are not reseeded by rank)
-  and BatchNorm sums its statistics over the ranks.
+  and BatchNorm sums its statistics over the ranks. :func:`encode_global_batch` is the same
+  forward returning the global batch's embeddings too (NPC's and SDD's bank pairs reuse
+  them); :func:`mean_over_ranks` averages a gradient taken outside DDP (their siamese step).
 * Whole-set passes (UGNCL's division, NPC's and SDD's banks, SDD's per-epoch GMM, OSA's
   estimator): rank r takes whole pass batches ``r::W`` and the per-sample arrays are merged
   with :func:`merge_rows`, so every rank holds the one-process result.
