@@ -570,7 +570,7 @@ class NPCMethod(InfoNCEMethod):
 
     def on_epoch_end(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
         """Noise-detection record of the significance weights the epoch's steps applied
-        (several processes: merged over the ranks' micro-batches)."""
+        (several processes: every rank noted the whole global batches')."""
         w = self.core.merged_weights()
         if w is None or not np.isfinite(w).any():
             return None
