@@ -365,7 +365,7 @@ class DECLMethod(Method):
         """The batch's ``(K, K)`` unit scores of the model's one view."""
         return model.unit_scores(model(batch.images, batch.captions, batch.lengths))[0]
 
-    def negatives(self, k: int, global_step: int) -> int:
+    def hard_negatives(self, k: int, global_step: int) -> int:
         """RDH negatives of a batch of ``k`` pairs after ``global_step`` optimiser steps."""
         start = self.batch_size if self.reading == "release" and self.batch_size else k
         return rdh_negatives(global_step + 1, k, start, self.eta, self.mu)
@@ -389,7 +389,7 @@ class DECLMethod(Method):
         else:
             flags = self.predicted_clean[batch.index.cpu().numpy()]
             clean = torch.as_tensor(flags, device=raw.device)
-        neg = self.negatives(k, ctx.global_step)
+        neg = self.hard_negatives(k, ctx.global_step)
         out = decl_objective(
             raw, clean, neg=neg, tau=self.tau, margin=self.margin, kl_weight=self.kl_weight,
             rdh_weight=self.rdh_weight_at(k),

@@ -57,6 +57,9 @@ class MethodContext:
             format, e.g. for a frozen estimator of another backbone) draws them from it.
         image_index: (N,) int64 the image each caption is paired with for training (the
             noisy index); caches built on it can check they match the run's pairs.
+        every_batch: as ``batches``, but with several processes every batch of the pass on
+            every rank (``batches`` gives each rank its share): for a computation each rank
+            repeats alike, such as OSA's estimator adaptation. None: ``batches``.
         fetch: ``fetch(indices (K,)) -> PairBatch`` of those training samples in that order
             (e.g. memory-bank pairs looked up per batch).
         global_step: optimiser steps taken before this call (Eq. 16's hardness schedule runs
@@ -81,6 +84,7 @@ class MethodContext:
     fetch: Callable[[torch.Tensor], PairBatch] | None = None
     global_step: int = 0
     prefilter: PrefilterSelection | None = None
+    every_batch: Callable[..., Iterable[PairBatch]] | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The run's autocast context for forward passes."""

@@ -12,14 +12,16 @@ What is sharded and how (docs/distributed.md has the user's view):
 * Training: the epoch order is still ``epoch_order(seed, epoch)``; it is cut into global
   batches of ``train.batch_size`` (B) and rank r trains on slice ``[r*B/W, (r+1)*B/W)`` of each
   (:func:`shard_global_batches`). B must divide by W (:func:`check_global_batch`).
-* In-batch losses whose negatives are the batch (triplet, UGNCL, CLIP InfoNCE, OSA): the model
+* In-batch losses whose negatives are the batch (every registered method): the model
   is wrapped in :class:`PairForward`, whose forward encodes the rank's micro-batch, gathers the
   caption embeddings and the score rows *with* gradient and returns the global ``(W, B, B)``
   matrix, so the method's loss is the one-process loss of the global batch; every rank computes
   it and DDP's gradient mean recovers the one-process gradient (see :class:`_AllGather`).
   Around that forward a :class:`sgraf.shard.BatchShard` names the rank's rows, so dropout draws
   the global batch's masks from one process's generator (these ranks are not reseeded by rank)
-  and BatchNorm sums its statistics over the ranks.
+  and BatchNorm sums its statistics over the ranks. :func:`encode_global_batch` is the same
+  forward returning the global batch's embeddings too (NPC's and SDD's bank pairs reuse
+  them); :func:`mean_over_ranks` averages a gradient taken outside DDP (their siamese step).
 * Whole-set passes (UGNCL's division, NPC's and SDD's banks, SDD's per-epoch GMM, OSA's
   estimator): rank r takes whole pass batches ``r::W`` and the per-sample arrays are merged
   with :func:`merge_rows`, so every rank holds the one-process result.
@@ -294,8 +296,12 @@ def owned_rows(values: np.ndarray, visited: np.ndarray) -> tuple[np.ndarray, np.
     and ``(k, row bytes)`` uint8, those rows' bytes in the array's own dtype."""
     values = np.ascontiguousarray(values)
     index = np.flatnonzero(np.asarray(visited, dtype=bool)).astype(np.int64)
-    row_bytes = values.dtype.itemsize * int(np.prod(values.shape[1:], dtype=np.int64))
-    payload = values[index].reshape(index.size, -1).view(np.uint8).reshape(index.size, row_bytes)
+    row_items = int(np.prod(values.shape[1:], dtype=np.int64))
+    row_bytes = values.dtype.itemsize * row_items
+    # Explicit row sizes: a rank that visited no row (fewer pass batches than ranks) sends
+    # an empty payload, where ``reshape(0, -1)`` cannot infer the row size.
+    rows = values[index].reshape(index.size, row_items)
+    payload = rows.view(np.uint8).reshape(index.size, row_bytes)
     return index, payload
 
 
@@ -388,24 +394,107 @@ def gather_with_grad(tensor: Tensor, dim: int = 0) -> Tensor:
     gradients flow back to each rank's own part."""
     if world_size() == 1:
         return tensor
-    moved = tensor.movedim(dim, 0)
-    shape = torch.tensor(moved.shape[1:], dtype=torch.int64, device=_comm_device())
-    dist.all_reduce(shape, op=dist.ReduceOp.MAX, group=_GATHER_GROUP)
-    pad: list[int] = []
-    for have, want in zip(reversed(moved.shape[1:]), reversed(shape.tolist())):
-        pad += [0, int(want) - int(have)]
-    if any(pad):
-        moved = nn.functional.pad(moved, pad)
+    moved = _pad_to_largest(tensor.movedim(dim, 0))
     return _AllGather.apply(moved, _GATHER_GROUP).movedim(0, dim)
 
 
+def _pad_to_largest(tensor: Tensor) -> Tensor:
+    """``tensor`` zero-padded at the end of every dim but the first to the largest rank's."""
+    shape = torch.tensor(tensor.shape[1:], dtype=torch.int64, device=_comm_device())
+    dist.all_reduce(shape, op=dist.ReduceOp.MAX, group=_GATHER_GROUP)
+    pad: list[int] = []
+    for have, want in zip(reversed(tensor.shape[1:]), reversed(shape.tolist())):
+        pad += [0, int(want) - int(have)]
+    return nn.functional.pad(tensor, pad) if any(pad) else tensor
+
+
 def gather_no_grad(tensor: Tensor) -> Tensor:
-    """Every rank's ``tensor`` (equal shapes) concatenated along dim 0, without graph."""
+    """Every rank's ``tensor`` (equal shapes) concatenated along dim 0, without graph, on
+    ``tensor``'s device (host bookkeeping such as caption lengths travels through the
+    backend's device and comes back)."""
     if world_size() == 1:
         return tensor
-    out = [torch.empty_like(tensor) for _ in range(world_size())]
-    dist.all_gather(out, tensor.contiguous(), group=_GATHER_GROUP)
-    return torch.cat(out)
+    sent = tensor.detach().contiguous().to(_comm_device())
+    out = [torch.empty_like(sent) for _ in range(world_size())]
+    dist.all_gather(out, sent, group=_GATHER_GROUP)
+    return torch.cat(out).to(tensor.device)
+
+
+def gather_padded(tensor: Tensor) -> Tensor:
+    """Every rank's ``tensor`` concatenated along dim 0 without graph, the other dims
+    zero-padded to the largest rank's (0-padded caption tokens: the global batch's tokens,
+    padded to its longest caption as one process's collate pads them)."""
+    if world_size() == 1:
+        return tensor
+    return gather_no_grad(_pad_to_largest(tensor.detach()))
+
+
+def mean_over_ranks(tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """Element-wise mean over the ranks of each tensor (``None`` stays ``None``; every rank
+    must hold the same shapes and the same ``None`` entries), one all-reduce per dtype.
+
+    The gradient of a loss every rank computes alike from gathered features is, on rank r,
+    ``W`` times the part that flows through rank r's own rows (:class:`_AllGather`), plus the
+    whole gradient of what every rank computes itself; its mean over the ranks is the
+    one-process gradient, as DDP's mean is for the model's own step."""
+    out = list(tensors)
+    if world_size() == 1:
+        return out
+    world = world_size()
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for i, t in enumerate(out):
+        if t is not None:
+            by_dtype.setdefault(t.dtype, []).append(i)
+    for positions in by_dtype.values():
+        parts = [out[i] for i in positions]
+        flat = torch.cat([p.detach().reshape(-1) for p in parts]).to(_comm_device())
+        dist.all_reduce(flat, group=_GATHER_GROUP)
+        flat = (flat / world).to(parts[0].device)
+        for i, p, piece in zip(positions, parts, flat.split([p.numel() for p in parts])):
+            out[i] = piece.view_as(p)
+    return out
+
+
+@dataclass
+class GlobalPairs:
+    """The global batch encoded and scored with graph (:func:`encode_global_batch`)."""
+
+    images: Tensor  # image embeddings of the B images, images on the model's image axis
+    captions: Tensor  # (B, ...) caption embeddings
+    lengths: Tensor  # (B,) caption lengths
+    scores: Tensor  # (W, B, B) raw scores, rows images, columns captions
+
+
+def encode_global_batch(
+    model: Any, images: Tensor, captions: Tensor, lengths: Tensor, image_axis: int = 0
+) -> GlobalPairs:
+    """Encode the rank's micro-batch and return the global batch's embeddings and score matrix,
+    all with gradient (for a method that needs the embeddings beside the matrix: NPC's and
+    SDD's bank pairs reuse the batch's rows).
+
+    In one process: ``encode_images``, ``encode_captions`` and ``score`` of the batch, the
+    model's own forward. With several: as :class:`PairForward`'s gathered forward (the rank's
+    rows under its :class:`~sgraf.shard.BatchShard`, captions gathered before scoring, the
+    rows gathered after), and the image embeddings gathered too. A loss every rank computes
+    from these is the one-process loss, and DDP's mean of the gradients the one-process
+    gradient (see :class:`_AllGather`).
+    """
+    img, cap, all_lengths, rows = _score_rank_rows(model, images, captions, lengths)
+    return GlobalPairs(gather_with_grad(img, dim=image_axis), cap, all_lengths,
+                       gather_with_grad(rows, dim=1))  # fmt: skip
+
+
+def _score_rank_rows(
+    model: Any, images: Tensor, captions: Tensor, lengths: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(rank's image embeddings, global caption embeddings, global lengths, rank's rows of
+    the (W, B, B) scores)``. Layers with batch statistics or dropout (sgraf.shard) see this
+    rank's rows as rows of the global batch: the masks and statistics of one process."""
+    with batch_shard(global_batch_shard(images.shape[0])):
+        img = model.encode_images(images)
+        cap = gather_with_grad(model.encode_captions(captions, lengths), dim=0)
+        all_lengths = gather_no_grad(lengths)
+        return img, cap, all_lengths, model.score(img, cap, all_lengths)
 
 
 class PairForward(nn.Module):
@@ -429,14 +518,7 @@ class PairForward(nn.Module):
             return getattr(self.model, call)(*args)
         if not gather:
             return self.model(*args)
-        images, captions, lengths = args
-        # Layers with batch statistics or dropout (sgraf.shard) see this rank's rows as rows
-        # of the global batch: the masks and statistics of one process.
-        with batch_shard(global_batch_shard(images.shape[0])):
-            img = self.model.encode_images(images)
-            cap = gather_with_grad(self.model.encode_captions(captions, lengths), dim=0)
-            all_lengths = gather_no_grad(lengths)
-            rows = self.model.score(img, cap, all_lengths)  # (W, B/world, B)
+        rows = _score_rank_rows(self.model, *args)[3]  # (W, B/world, B)
         return gather_with_grad(rows, dim=1)
 
 

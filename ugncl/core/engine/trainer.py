@@ -7,6 +7,7 @@ method supplies loss terms (and its lifecycle hooks), the evaluator ranks splits
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
@@ -102,16 +103,24 @@ class _WithExtra(torch.utils.data.Dataset):
     there, not in the main process at every step."""
 
     def __init__(
-        self, data: TrainingData, batches: list[list[int]], extra: Callable[[np.ndarray], Any]
+        self,
+        data: TrainingData,
+        batches: list[list[int]],
+        extra: Callable[[np.ndarray], Any],
+        asking: list[list[int]] | None = None,
     ) -> None:
+        """``asking[b]``: the indices whose extra samples batch ``b`` brings (default the
+        batch's own; a gathered method's rank asks for its global batch's)."""
         self.data, self.batches, self.extra = data, batches, extra
+        self.asking = batches if asking is None else asking
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, b: int) -> tuple[PairBatch, PairBatch | None]:
         idx = np.asarray(self.batches[b], dtype=np.int64)
-        more = np.asarray(self.extra(idx), dtype=np.int64).reshape(-1)
+        more = np.asarray(self.extra(np.asarray(self.asking[b], dtype=np.int64)), dtype=np.int64)
+        more = more.reshape(-1)
         batch = self.data.collate([self.data.dataset[int(i)] for i in idx])
         if not more.size:
             return batch, None
@@ -220,6 +229,7 @@ class Trainer:
             fetch=self.fetch,
             global_step=self.global_step,
             prefilter=None if epoch is None else self._prefilter_at(epoch),
+            every_batch=functools.partial(self.ordered_batches, shard=False),
         )
 
     def _prefilter_at(self, epoch: int) -> PrefilterSelection | None:
@@ -257,16 +267,18 @@ class Trainer:
         *,
         drop_last: bool = False,
         data: TrainingData | None = None,
+        shard: bool = True,
     ) -> DataLoader:
         """Batches of the training samples (or ``indices``) in the seeded order of
         (epoch, stream); see :func:`ugncl.core.engine.sampling.batch_indices` for the tail.
         ``data``: the same samples in another input format (default: the training data).
         Several processes: this rank's whole batches ``rank::world`` of the pass (merge the
-        per-sample results with :func:`ugncl.core.engine.distributed.merge_rows`)."""
+        per-sample results with :func:`ugncl.core.engine.distributed.merge_rows`); every
+        batch with ``shard=False``."""
         data = self.data if data is None else data
         order = epoch_order(data.num_samples, self.seed, epoch, stream, indices)
         batches = batch_indices(order, batch_size, drop_last=drop_last)
-        if self.dist.enabled:
+        if self.dist.enabled and shard:
             batches = distributed.shard_pass_batches(batches, self.dist)
         return DataLoader(
             data.dataset,
@@ -354,8 +366,11 @@ class Trainer:
         if self.dist.enabled:
             local = distributed.shard_global_batches(global_batches, self.dist)
         if extra is not None:
+            # A gathered method sees the global batch's indices: its extras are that batch's.
+            gathered = getattr(self.method, "negatives", "gathered") == "gathered"
+            asking = global_batches if gathered else local
             loader = DataLoader(
-                _WithExtra(self.data, local, extra), batch_size=None, collate_fn=_as_is,
+                _WithExtra(self.data, local, extra, asking), batch_size=None, collate_fn=_as_is,
                 num_workers=self.num_workers,
             )  # fmt: skip
             return loader, global_batches

@@ -58,6 +58,11 @@ class EmbeddingTable:
     def _alloc(self, dim: int) -> None:
         self.values = np.full((self.num_rows, dim), np.nan, dtype=np.float32)
 
+    def ensure_width(self, dim: int) -> None:
+        """Allocate the (all-NaN) table with ``dim`` columns if no ``add`` has yet."""
+        if self.values is None:
+            self._alloc(dim)
+
     def add(self, index: Tensor | np.ndarray, rows: Tensor | np.ndarray) -> None:
         """Scatter ``rows`` ``(K, D)`` (or ``(K,)``) into positions ``index`` ``(K,)``."""
         idx = np.asarray(index.detach().cpu() if isinstance(index, Tensor) else index)

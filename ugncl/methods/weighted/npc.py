@@ -17,7 +17,7 @@ All maths lives in ``memory_bank``, ``siamese``, ``weights`` and ``ugncl.methods
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,7 +25,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.core.engine.distributed import is_main_process, merge_rows, on_main
+from ugncl.core.engine.distributed import (
+    encode_global_batch,
+    gather_no_grad,
+    gather_padded,
+    is_main_process,
+    on_main,
+    world_size,
+)
 from ugncl.core.method import section_defaults
 from ugncl.core.optim import build_optimizer
 from ugncl.methods.infonce import (
@@ -320,6 +327,30 @@ class BankSiamese(nn.Module):
         """``mean(L_I) + mean(L_T)``: the two bank pairs' symmetric InfoNCE (NPC's ``L_MB``)."""
         return 0.5 * (losses[0] + losses[1]).mean() + 0.5 * (losses[2] + losses[3]).mean()
 
+    @staticmethod
+    def global_inputs(batch: Any) -> Any:
+        """The global batch's inputs: ``batch`` itself in one process; with several (negatives
+        ``gathered``: ``batch`` holds the rank's images and captions and the global batch's
+        ``index``) every rank's images and captions gathered without graph, captions 0-padded
+        to the longest as one process's collate pads them. The siamese copy steps on them and
+        the bank pairs take their batch rows from them, as in one process."""
+        if world_size() == 1:
+            return batch
+        return replace(batch, images=gather_no_grad(batch.images),
+                       captions=gather_padded(batch.captions),
+                       lengths=gather_no_grad(batch.lengths))  # fmt: skip
+
+    def encode_global(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`encode_batch` of the global batch, from the rank's micro-batch ``batch``:
+        the image and caption embeddings of the B pairs and their per-sample InfoNCE ``(B,)``,
+        with graph. One process: :meth:`encode_batch` itself; several: each rank encodes its
+        micro-batch and the embeddings and score rows are gathered with gradient
+        (:func:`~ugncl.core.engine.distributed.encode_global_batch`)."""
+        pairs = encode_global_batch(
+            model, batch.images, batch.captions, batch.lengths, _image_axis(model)
+        )
+        return pairs.images, pairs.captions, info_nce_per_sample(pairs.scores)
+
     def encode_batch(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         """``(image emb, caption emb, per-sample InfoNCE (K,))`` of the batch (with graph);
         ``score(encode_images, encode_captions)`` is the model's forward (SimilarityModel)."""
@@ -396,10 +427,9 @@ class BankSiamese(nn.Module):
         return significance_weight(res.before, res.after, self.grouping), res
 
     def merged_weights(self) -> np.ndarray | None:
-        """``epoch_weights`` of every sample: with several processes each rank noted the
-        samples of its own micro-batches (a collective: every rank calls it)."""
-        w = self.epoch_weights
-        return None if w is None else merge_rows(w, np.isfinite(w))
+        """``epoch_weights`` of every sample (several processes: every rank computed and noted
+        the weights of each global batch, so each holds all of them)."""
+        return self.epoch_weights
 
     def note_weights(self, index: Tensor, w: Tensor) -> None:
         self.epoch_weights[index.cpu().numpy()] = w.detach().float().cpu().numpy()
@@ -474,9 +504,9 @@ class NPCMethod(InfoNCEMethod):
 
     name = "npc"
     epoch_record = "noise_detection"
-    # The significance weight is a one-step update of a siamese copy on the batch; each rank
-    # measures it on its own micro-batch (a global one would need the copy's step on B).
-    negatives = "per_rank"
+    # Several processes: the loss, the bank pairs and the siamese copy's step are the global
+    # batch's (BankSiamese.encode_global), so the weights and the loss are one process's.
+    negatives = "gathered"
 
     @section_defaults(NPCConfig)
     def __init__(
@@ -544,7 +574,7 @@ class NPCMethod(InfoNCEMethod):
 
     def on_epoch_end(self, ctx: Any, epoch: int) -> dict[str, Any] | None:
         """Noise-detection record of the significance weights the epoch's steps applied
-        (several processes: merged over the ranks' micro-batches)."""
+        (several processes: every rank noted the whole global batches')."""
         w = self.core.merged_weights()
         if w is None or not np.isfinite(w).any():
             return None
@@ -563,8 +593,8 @@ class NPCMethod(InfoNCEMethod):
 
     # ------------------------------------------------------------------ step
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
-        view = self.core.bank_view(batch, getattr(step, "extra", None))
-        img, cap, per = self.core.encode_batch(model, batch)
+        view = self.core.bank_view(self.core.global_inputs(batch), getattr(step, "extra", None))
+        img, cap, per = self.core.encode_global(model, batch)
         trainable = self.bank_loss == "trainable"
         # Paper L_MB at the current weights: also the siamese copy's before-losses (shared).
         bank = self.core.bank_losses(model, view, (img, cap)) if trainable else None

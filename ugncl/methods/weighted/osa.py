@@ -291,9 +291,12 @@ class OSAMethod(InfoNCEMethod):
         if self.load_estimator is None:
             self.load_estimator = services.model_from_file
 
-    def estimator_batches(self, ctx: Any, est: nn.Module) -> Callable[..., Any] | None:
+    def estimator_batches(
+        self, ctx: Any, est: nn.Module, batches: Callable[..., Any] | None = None
+    ) -> Callable[..., Any] | None:
         """The pass's batches: the trainer's (None), or with ``data.estimator`` set the same
-        samples in the same seeded orders, in the estimator's input format."""
+        samples in the same seeded orders, in the estimator's input format. ``batches``: the
+        trainer's source they come from (default ``ctx.batches``)."""
         if self.estimator_data is not None:
             view = self.estimator_data(est)
             index = getattr(ctx, "image_index", None)
@@ -301,7 +304,7 @@ class OSAMethod(InfoNCEMethod):
                 index is not None and not np.array_equal(view.image_index, index)
             ):
                 raise ValueError("the estimator view pairs other samples than the training data")
-            return functools.partial(ctx.batches, data=view)
+            return functools.partial(ctx.batches if batches is None else batches, data=view)
         backbone = getattr(est, "backbone", None)
         if backbone is not None and backbone != getattr(ctx.model, "backbone", backbone):
             raise ConfigError(
@@ -312,12 +315,20 @@ class OSAMethod(InfoNCEMethod):
             )
         return None
 
-    def adapt_estimator(self, ctx: Any, est: nn.Module, source: Callable[..., Any]) -> dict:
+    def adapt_estimator(
+        self,
+        ctx: Any,
+        est: nn.Module,
+        source: Callable[..., Any],
+        every: Callable[..., Any] | None = None,
+    ) -> dict:
         """Domain adaptation (optional in OSA's paper, absent from its release): a strict clean
         set from a GMM on the estimator's per-sample InfoNCE, then ``adapt_epochs`` of InfoNCE
         on it.
 
-        ``source`` gives the pass's batches (``ctx.batches`` or the estimator view); the
+        ``source`` gives the pass's batches (``ctx.batches`` or the estimator view); ``every``
+        the same with every batch on every rank (default ``source``): with several processes
+        each rank takes every adaptation step, so all hold one process's estimator. The
         estimator is left frozen in eval mode. Returns the record fields.
         """
         started = time.perf_counter()
@@ -344,7 +355,7 @@ class OSAMethod(InfoNCEMethod):
         est.train()
         steps = 0
         for epoch in range(self.adapt_epochs):
-            for batch in source(epoch, bs, ADAPT_STREAM, indices=idx):
+            for batch in (every or source)(epoch, bs, ADAPT_STREAM, indices=idx):
                 if len(batch.index) < 2:
                     continue
                 batch = batch.to(ctx.device)
@@ -379,7 +390,11 @@ class OSAMethod(InfoNCEMethod):
         else:
             est = self.build_estimator(ctx.model)
             source = self.estimator_batches(ctx, est) or ctx.batches
-            extra = self.adapt_estimator(ctx, est, source) if self.adapt else {}
+            # Several processes: the adaptation's steps and the random-input batches are taken
+            # on every rank from every batch (the passes share theirs out and merge).
+            every_rank = getattr(ctx, "every_batch", None) or ctx.batches
+            every = self.estimator_batches(ctx, est, every_rank) or every_rank
+            extra = self.adapt_estimator(ctx, est, source, every) if self.adapt else {}
             bs = self.pass_batch_size or 256
             scan = scan_training_set(
                 ctx, est, epoch=0, stream=ESTIMATOR_STREAM, desc="osa estimator",
@@ -389,7 +404,7 @@ class OSAMethod(InfoNCEMethod):
             extra.update(mismatched_mean=scan.shift.mean, mismatched_std=scan.shift.std)
             gen = torch.Generator().manual_seed(int(ctx.seed or 0))
             shifts = []
-            for i, batch in enumerate(source(0, bs, ESTIMATOR_STREAM)):
+            for i, batch in enumerate(every(0, bs, ESTIMATOR_STREAM)):
                 if i == RANDOM_INPUT_BATCHES:
                     break
                 with ctx.precision.autocast(ctx.device):

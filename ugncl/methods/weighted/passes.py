@@ -7,7 +7,7 @@ training sample, scattering what the methods need into arrays indexed by sample 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ugncl.core.engine.distributed import all_reduce_sum, merge_rows
+from ugncl.core.engine.distributed import (
+    all_gather_object,
+    all_reduce_sum,
+    merge_rows,
+    world_size,
+)
 from ugncl.core.evaluation import eval_mode
 from ugncl.methods.infonce import as_logit_matrix, info_nce_per_sample
 from ugncl.methods.weighted.memory_bank import EmbeddingTable
@@ -105,6 +110,7 @@ def scan_training_set(
     # whole-set arrays (identical on all ranks, the one-process values).
     seen = image_index >= 0
     image_index = merge_rows(image_index, seen)
+    allocate_like_peers((loss, diag, img_tab, cap_tab))
     for table in (loss, diag, img_tab, cap_tab):
         if table.values is not None:
             table.values = merge_rows(table.values, table.visited)
@@ -122,6 +128,19 @@ def scan_training_set(
         image_emb=img_tab.values if embeddings else None,
         caption_emb=cap_tab.values if embeddings else None,
     )  # fmt: skip
+
+
+def allocate_like_peers(tables: Sequence[EmbeddingTable]) -> None:
+    """Give this rank's unallocated tables the width another rank's have, so that every rank
+    merges the same tables (a rank that visited no pass batch, when the pass has fewer
+    batches than there are ranks, allocated none). One process: nothing to do."""
+    if world_size() == 1:
+        return
+    widths = all_gather_object([None if t.values is None else t.values.shape[1] for t in tables])
+    for i, table in enumerate(tables):
+        width = next((w[i] for w in widths if w[i] is not None), None)
+        if width is not None:
+            table.ensure_width(width)
 
 
 def pair_fetcher(ctx: Any) -> Callable[[Tensor], Any]:

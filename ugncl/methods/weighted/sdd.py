@@ -130,7 +130,7 @@ class SDDMethod(InfoNCEMethod):
 
     name = "sdd"
     epoch_record = "noise_detection"
-    negatives = "per_rank"  # as NPC: the siamese step runs on the rank's micro-batch
+    negatives = "gathered"  # as NPC: the loss and the siamese step are the global batch's
 
     @section_defaults(SDDConfig)
     def __init__(
@@ -289,8 +289,8 @@ class SDDMethod(InfoNCEMethod):
         w_con = torch.as_tensor(
             self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
         )
-        view = self.core.bank_view(batch, getattr(step, "extra", None))
-        img, cap, per = self.core.encode_batch(model, batch)
+        view = self.core.bank_view(self.core.global_inputs(batch), getattr(step, "extra", None))
+        img, cap, per = self.core.encode_global(model, batch)
         lr = getattr(step, "lr", None)
         w_sig, res = self.core.significance(model, view, per, w_con, lr, None, (img, cap))
         w = w_sig * w_con

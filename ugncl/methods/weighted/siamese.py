@@ -18,6 +18,8 @@ import torch
 from open_clip.transformer import PatchDropout
 from torch import Tensor, nn
 
+from ugncl.core.engine.distributed import mean_over_ranks
+
 __all__ = ["OneStepLosses", "SiameseCopy", "draws_random_numbers"]
 
 OptimizerFactory = Callable[[list[nn.Parameter], nn.Module], torch.optim.Optimizer]
@@ -166,6 +168,9 @@ class SiameseCopy(nn.Module):
         grads = torch.autograd.grad(
             train_loss, [params[n] for n in self._names], retain_graph=True, allow_unused=True
         )
+        # Several processes: ``train_loss`` is the global batch's, from gathered features;
+        # the mean over the ranks of each rank's gradient is the one-process gradient.
+        grads = mean_over_ranks(grads)
         self.sync(model)
         self.step_from_grads(grads, lr)
         with torch.no_grad():

@@ -93,6 +93,6 @@ def test_readings_set_the_hinge_weight_and_the_schedule_start() -> None:
     assert release.rdh_weight_at(32) == pytest.approx(0.8)
     release.batch_size = package.batch_size = 128
     # A batch of 140 (a short tail joined to it): the release starts n from batch_size.
-    assert release.negatives(140, 0) == 127 and package.negatives(140, 0) == 139
+    assert release.hard_negatives(140, 0) == 127 and package.hard_negatives(140, 0) == 139
     with pytest.raises(ValueError, match="reading"):
         DECLMethod(reading="printed")
