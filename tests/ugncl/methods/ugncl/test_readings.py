@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from ugncl.methods.ugncl.method import UGNCLConfig, UGNCLMethod
-from ugncl.run.config import load_config, parse_scalar
-from ugncl.run.training import _flatten
+from ugncl.run.config import flat_tree, load_config, parse_scalar
 
 DOC = Path(__file__).resolve().parents[4] / "docs" / "methods" / "ugncl.md"
 READINGS = ("paper", "release", "package")
@@ -23,7 +22,7 @@ def resolved(tmp_path_factory) -> dict[str, dict[str, Any]]:
     cfg = tmp_path_factory.mktemp("readings") / "ugncl.yaml"
     cfg.write_text("method:\n  name: ugncl\n", encoding="utf-8")
     return {
-        reading: _flatten(load_config(cfg, [f"method.ugncl.reading={reading}"])[0].to_dict())
+        reading: flat_tree(load_config(cfg, [f"method.ugncl.reading={reading}"])[0].to_dict())
         for reading in READINGS
     }
 
