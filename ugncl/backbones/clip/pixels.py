@@ -203,14 +203,18 @@ def open_pixel_cache(
     )
     try:
         start = 0
-        for batch in loader:
-            if tuple(batch.shape[1:]) != tuple(first.shape):
-                raise ValueError(
-                    f"the transform gives images of shape {tuple(batch.shape[1:])} and "
-                    f"{tuple(first.shape)}; a cached split needs one input size"
-                )
-            out[start : start + batch.shape[0]] = batch.numpy()
-            start += batch.shape[0]
+        with torch.random.fork_rng(devices=[]):
+            # Iterating a DataLoader draws its base seed from torch's global generator: a run
+            # that builds the cache would draw other dropout masks afterwards than a run that
+            # finds it built (SGRAF with a CLIP estimator); the build leaves it as it was.
+            for batch in loader:
+                if tuple(batch.shape[1:]) != tuple(first.shape):
+                    raise ValueError(
+                        f"the transform gives images of shape {tuple(batch.shape[1:])} and "
+                        f"{tuple(first.shape)}; a cached split needs one input size"
+                    )
+                out[start : start + batch.shape[0]] = batch.numpy()
+                start += batch.shape[0]
         out.flush()
         del out
         os.replace(tmp, target)

@@ -130,3 +130,15 @@ def test_pixel_source_follows_the_data_settings(tmp_path, model):
     )
     assert eval_data.images(0, 3).dtype == torch.uint8
     assert torch.equal(eval_data.images(1, 2)[0], cached(1))
+
+
+def test_building_the_cache_leaves_the_global_generator_as_it_was(tmp_path, model):
+    """A run that builds the cache draws the same numbers afterwards as one that finds it
+    built (the build's DataLoader would draw its base seed from the global generator)."""
+    paths = _photos(tmp_path / "img", n=2)
+    torch.manual_seed(3)
+    open_pixel_cache(paths, model.pixel_transform(), tmp_path / "cache")  # builds
+    after_build = torch.rand(4)
+    torch.manual_seed(3)
+    open_pixel_cache(paths, model.pixel_transform(), tmp_path / "cache")  # finds it
+    assert torch.equal(torch.rand(4), after_build)
