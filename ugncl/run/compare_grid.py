@@ -488,9 +488,7 @@ def cell_differences(out: Path, cell: Cell) -> list[str]:
     except ConfigError:
         return ["config.yaml"]
     wanted = flat_tree(load_config(cell.config, _cell_sets(out, cell), cwd=REPO)[0].to_dict())
-    keys = (set(saved) | set(wanted)) - {
-        k for k in set(saved) | set(wanted) if k.startswith("run.")
-    }
+    keys = {k for k in set(saved) | set(wanted) if not k.startswith("run.")}
     return sorted(k for k in keys if saved.get(k) != wanted.get(k))
 
 
