@@ -21,6 +21,7 @@ __all__ = [
     "MethodContext",
     "RunServices",
     "StepContext",
+    "one_view_error",
     "section_defaults",
     "train_pair_samples",
 ]
@@ -69,6 +70,18 @@ def train_pair_samples(train_pairs: str, ctx: MethodContext) -> np.ndarray | Non
     if train_pairs == "clean":
         return np.flatnonzero(ctx.clean)
     return None
+
+
+def one_view_error(what: str, model: nn.Module, note: str = "") -> str | None:
+    """Refuse a model that scores several views where ``what`` (a method that reads one score
+    per pair) needs one; ``note`` follows the fix in the sentence."""
+    views = int(getattr(model, "num_views", 1))
+    if views == 1:
+        return None
+    return (
+        f"{what}, but the {model.backbone} model scores {views} views; set "
+        f"model.{model.backbone}.num_views=1{note}"
+    )
 
 
 class RunServices(Protocol):

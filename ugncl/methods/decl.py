@@ -41,7 +41,7 @@ from ugncl.core.data import PairBatch
 from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.engine.distributed import merge_rows
 from ugncl.core.evaluation import eval_mode, view_reducer
-from ugncl.core.method import Method, section_defaults
+from ugncl.core.method import Method, one_view_error, section_defaults
 from ugncl.methods.hinge import hinge_costs
 from ugncl.methods.noise_detection import detection_record
 from ugncl.methods.readings import ADAM_NO_DECAY, READING_NAMES
@@ -314,14 +314,11 @@ class DECLMethod(Method):
         return mean_evidence
 
     def backbone_error(self, model: nn.Module) -> str | None:
-        views = int(getattr(model, "num_views", 1))
-        if views != 1:
-            return (
-                f"method decl trains one {model.backbone} network (one score per pair), but the "
-                f"model scores {views} views; set model.{model.backbone}.num_views=1 (DECL-SGRAF "
-                "is a saf run and an sgr run evaluated together by tools/eval.py)"
-            )
-        return None
+        return one_view_error(
+            f"method decl trains one {model.backbone} network (one score per pair)",
+            model,
+            " (DECL-SGRAF is a saf run and an sgr run evaluated together by tools/eval.py)",
+        )
 
     # ------------------------------------------------------------------ epoch start
     def on_epoch_start(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:

@@ -21,7 +21,13 @@ from torch import Tensor, nn
 
 from ugncl.core.data import PairBatch
 from ugncl.core.engine.context import MethodContext, StepContext
-from ugncl.core.method import TRAIN_PAIRS, Method, section_defaults, train_pair_samples
+from ugncl.core.method import (
+    TRAIN_PAIRS,
+    Method,
+    one_view_error,
+    section_defaults,
+    train_pair_samples,
+)
 from ugncl.methods.infonce import info_nce_per_sample
 
 __all__ = ["InfoNCEConfig", "InfoNCEMethod"]
@@ -57,14 +63,7 @@ class InfoNCEMethod(Method):
         # logit at temperature 1 (the head's last layer sets the scale): not CLIP's tuned
         # recipe, but exactly the unweighted loss NPC and SDD re-weight there, so it is their
         # control on that backbone (the plain SGRAF baseline stays the hinge, ``triplet``).
-        views = int(getattr(model, "num_views", 1))
-        if views != 1:
-            return (
-                f"method {self.name} trains InfoNCE on one score per pair, but the "
-                f"{model.backbone} model scores {views} views; set model.{model.backbone}."
-                "num_views=1"
-            )
-        return None
+        return one_view_error(f"method {self.name} trains InfoNCE on one score per pair", model)
 
     def per_sample_loss(self, model: nn.Module, batch: PairBatch) -> Tensor:
         """(K,) symmetric InfoNCE of each pair of ``batch`` against its batch mates (float32);
