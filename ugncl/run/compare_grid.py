@@ -502,8 +502,9 @@ def set_aside(out: Path, cell: Cell) -> Path:
     return target
 
 
-def _command(out: Path, cell: Cell, python: str) -> list[str]:
-    if cell_state(out, cell) == "partial":
+def _command(out: Path, cell: Cell, python: str, state: str | None = None) -> list[str]:
+    """The cell's ``tools/train.py`` command (``state``: its :func:`cell_state`, if known)."""
+    if (state or cell_state(out, cell)) == "partial":
         return [python, str(TRAIN), "--resume", str(out / cell.name)]
     return [python, str(TRAIN), "--cfg", cell.config, "--set", *_cell_sets(out, cell),
             f"run.out_dir={out}", f"run.name={cell.name}"]  # fmt: skip
@@ -528,6 +529,7 @@ def run_plan(
         if states[cell.name] == "stale":
             changed = cell_differences(out, cell)
             moved = set_aside(out, cell)
+            states[cell.name] = "new"
             more = " ..." if len(changed) > 4 else ""
             log(f"stale {cell.name}: trained with other {', '.join(changed[:4])}{more}; "
                 f"moved to {moved.name}, training again")  # fmt: skip
@@ -547,7 +549,7 @@ def run_plan(
                 log(f"skip {cell.name}: {status[cell.name]}")
                 continue
             handle = open(out / f"{cell.name}.log", "a", encoding="utf-8")  # noqa: SIM115
-            cmd = _command(out, cell, python)
+            cmd = _command(out, cell, python, states[cell.name])
             log(f"{'resume' if '--resume' in cmd else 'train'} {cell.name}")
             proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
             running[cell.name] = (proc, time.perf_counter(), handle)

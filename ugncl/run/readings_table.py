@@ -8,12 +8,12 @@ config states itself is the same in every reading and never listed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, is_dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ugncl.methods import METHODS
 from ugncl.methods.readings import READING_NAMES
-from ugncl.run.config import all_keys, load_config
+from ugncl.run.config import flat_tree, load_config
 
 __all__ = ["ReadingDiff", "methods_with_readings", "reading_diff", "resolved_values"]
 
@@ -51,15 +51,8 @@ def methods_with_readings() -> list[str]:
 
 
 def resolved_values(config: Any) -> dict[str, Any]:
-    """Every dotted leaf key of a resolved config and its value (sections left out)."""
-    out: dict[str, Any] = {}
-    for key in all_keys():
-        node = config
-        for part in key.split("."):
-            node = getattr(node, part)
-        if not is_dataclass(node):
-            out[key] = node
-    return out
+    """Every dotted leaf key of a resolved config and its value."""
+    return flat_tree(config.to_dict())
 
 
 def reading_diff(method: str, config: str, overrides: tuple[str, ...] = ()) -> ReadingDiff:
