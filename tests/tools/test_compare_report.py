@@ -156,9 +156,11 @@ def test_default_plan_controls_one_split_and_one_budget() -> None:
         assert values["data.noise_seed"] == "0" and values["train.threads"] == "1"
         # both tracks on the same images and batch: one noise index, one step count an epoch
         assert values["data.train_images"] == "400" and values["train.batch_size"] == "32"
-        # one budget per backbone, a warm start's epochs counted
+        # one budget per backbone, a warm start's epochs counted, each epoch a whole epoch's
+        # steps (a row whose epoch visits a subset passes over it again)
         budget = size.sgraf_epochs if cell.backbone == "sgraf" else size.clip_epochs
         assert cell.label == "warmup" or _epochs(cell, cells) == budget, cell.name
+        assert values["train.epoch_length"] == "full", cell.name
     zero = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.0}
     assert zero == {("sgraf", "clean"), ("clip", "finetune")}
     noisy = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.5 and c.report}
@@ -190,6 +192,12 @@ def test_default_plan_controls_one_split_and_one_budget() -> None:
     assert [c.name for c in cells if c.plain and c.noise_ratio > 0 and c.seed == 0] == [
         "sgraf-hinge-n50-s0", "clip-finetune-n50-s0"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("plan", ["quick", "full"])
+def test_every_plan_trains_whole_epochs(plan: str) -> None:
+    cells = default_plan("W", "w.pt", PLANS[plan])
+    assert {_sets(c)["train.epoch_length"] for c in cells} == {"full"}
 
 
 def test_a_world_without_a_clip_view_plans_the_sgraf_track_without_osa() -> None:

@@ -42,6 +42,9 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "tools" / "train.py"
 START = "@start_from@"  # in a cell's overrides: the checkpoint of the cell it starts from
+#: On every cell: an epoch that visits a subset of the pairs still takes a whole epoch's
+#: optimiser steps (:class:`PlanSize`); the rows' own configs keep ``samples``.
+EPOCH_LENGTH = "train.epoch_length=full"
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,11 @@ class PlanSize:
 
     Every row of a backbone trains ``sgraf_epochs`` (``clip_epochs``) epochs of
     ``batch_size`` pairs on the same ``train_images`` images, a warm start's epochs included,
-    so every row of a backbone takes the same number of optimiser steps (the report prints
-    each row's steps and flags any row that differs).
+    each epoch as many batches as a pass over every training pair (``train.epoch_length=full``
+    on every cell: a row whose epoch visits a subset, the pre-filter's selection, SDD's kept
+    pairs or the clean-pairs oracle's, passes over it again up to that count, where the
+    papers pass once over their selection), so every row of a backbone takes the same number
+    of optimiser steps (the report prints each row's steps and flags any row that differs).
     """
 
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -193,7 +199,8 @@ class _CellMaker:
         self.tag = f"{_pct(ratio)}-s{seed}"
         self.common = (f"data.root={world}", f"data.train_images={size.train_images}",
                        f"data.noise_ratio={ratio}", "data.noise_seed=0", f"train.seed={seed}",
-                       f"train.batch_size={size.batch_size}", "train.threads=1")  # fmt: skip
+                       f"train.batch_size={size.batch_size}", "train.threads=1",
+                       EPOCH_LENGTH)  # fmt: skip
 
     def __call__(self, backbone: str, label: str, config: str, *extra: str, **kw: Any) -> str:
         name = f"{backbone}-{label}-{self.tag}"
@@ -436,12 +443,13 @@ def estimate_seconds(cells: Sequence[Cell], reference_step_s: float, jobs: int =
     """The plan's wall time: each cell's epochs x steps per epoch x its step cost
     (:data:`STEP_COST`) x ``reference_step_s``, plus its start and test
     (:data:`CELL_OVERHEAD_STEPS`), over ``jobs`` cells at once (the world and the CLIP
-    stand-in not included)."""
+    stand-in not included). Steps per epoch are a whole epoch's, pairs // batch (the tail
+    dropped), for every cell: each trains ``train.epoch_length=full``."""
     total = 0.0
     for cell in cells:
         values = dict(s.split("=", 1) for s in cell.overrides if "=" in s)
         pairs = int(values["data.train_images"]) * CAPTIONS_PER_IMAGE
-        steps = -(-pairs // int(values["train.batch_size"]))
+        steps = pairs // int(values["train.batch_size"])
         work = _cell_epochs(cell) * steps * _step_cost(cell) + CELL_OVERHEAD_STEPS
         total += work * reference_step_s
     return total / max(1, jobs)
