@@ -310,6 +310,24 @@ def test_a_cell_trained_with_another_config_is_stale_set_aside_and_trained_again
     assert status[cell.name].startswith("failed")  # /bin/false: the cell was launched again
 
 
+@pytest.mark.parametrize(("step", "state"), [(4 * 62, "done"), (4 * 62 - 1, "stale")])
+def test_a_run_over_whole_epochs_at_samples_stands_for_full(tmp_path, step, state) -> None:
+    """A folder trained before the plan set ``train.epoch_length=full`` is the plan's where
+    every epoch took a whole epoch's steps (2000 pairs // 32 = 62, 4 epochs): the same
+    batches at either length. One short epoch (SDD's kept pairs, the pre-filter) makes it
+    stale."""
+    from ugncl.run.compare_grid import cell_differences
+
+    root = tmp_path / "compare"
+    sets = ("method.name=triplet", "train.seed=0", "train.batch_size=32", "train.epochs=3",
+            "train.warmup_epochs=1", "train.epoch_length=full")  # fmt: skip
+    cell = Cell("sgraf-hinge-n50-s0", "hinge", "sgraf", "clean_synthetic", sets, 0.5, 0)
+    records = [{"event": "setup", "n_train_captions": 2000}, {"event": "test", "step": step}]
+    _cell_folder(root, cell, records, "train.epoch_length=samples")
+    assert cell_state(root, cell) == state
+    assert cell_differences(root, cell) == ([] if state == "done" else ["train.epoch_length"])
+
+
 def test_grid_run_leaves_the_thread_count_as_it_found_it(tool, tiny_world, tiny_model, tmp_path):
     """train.threads is process-wide: the in-process grid restores it after each run, so a
     grid's thread count does not depend on the order of --cfg."""

@@ -488,7 +488,10 @@ def _cell_sets(out: Path, cell: Cell) -> list[str]:
 
 def cell_differences(out: Path, cell: Cell) -> list[str]:
     """The config keys (``run.*`` aside) whose values in the cell's folder differ from what the
-    cell resolves to now; ``["config.yaml"]`` where the folder's config no longer loads."""
+    cell resolves to now; ``["config.yaml"]`` where the folder's config no longer loads.
+    ``train.epoch_length`` alone is no difference for a finished run whose every epoch took a
+    whole epoch's steps (:func:`took_whole_epochs`): it trained the batches either length
+    gives, so a comparison run before the plan set ``full`` keeps its rows over every pair."""
     from ugncl.run.config import ConfigError, flat_tree, load_config
 
     try:
@@ -497,7 +500,25 @@ def cell_differences(out: Path, cell: Cell) -> list[str]:
         return ["config.yaml"]
     wanted = flat_tree(load_config(cell.config, _cell_sets(out, cell), cwd=REPO)[0].to_dict())
     keys = {k for k in set(saved) | set(wanted) if not k.startswith("run.")}
-    return sorted(k for k in keys if saved.get(k) != wanted.get(k))
+    differ = sorted(k for k in keys if saved.get(k) != wanted.get(k))
+    if differ == ["train.epoch_length"] and took_whole_epochs(_records(out / cell.name), saved):
+        return []
+    return differ
+
+
+def took_whole_epochs(records: Sequence[dict[str, Any]], config: dict[str, Any]) -> bool:
+    """Whether a finished run (its ``records``, its flat ``config``) took ``N // batch``
+    optimiser steps in every epoch: its test record's step is the epochs x that. No epoch can
+    take more, so none visited a subset short of a whole epoch, and at either
+    ``train.epoch_length`` the run trains the same batches
+    (:func:`ugncl.core.engine.sampling.training_batches`)."""
+    test = test_record(records)
+    setup = next((r for r in records if r.get("event") == "setup"), {})
+    if test is None or test.get("step") is None or setup.get("n_train_captions") is None:
+        return False
+    epochs = int(config["train.epochs"]) + int(config["train.warmup_epochs"])
+    whole = int(setup["n_train_captions"]) // int(config["train.batch_size"])
+    return int(test["step"]) == epochs * whole
 
 
 def set_aside(out: Path, cell: Cell) -> Path:
