@@ -156,9 +156,11 @@ def test_default_plan_controls_one_split_and_one_budget() -> None:
         assert values["data.noise_seed"] == "0" and values["train.threads"] == "1"
         # both tracks on the same images and batch: one noise index, one step count an epoch
         assert values["data.train_images"] == "400" and values["train.batch_size"] == "32"
-        # one budget per backbone, a warm start's epochs counted
+        # one budget per backbone, a warm start's epochs counted, each epoch a whole epoch's
+        # steps (a row whose epoch visits a subset passes over it again)
         budget = size.sgraf_epochs if cell.backbone == "sgraf" else size.clip_epochs
         assert cell.label == "warmup" or _epochs(cell, cells) == budget, cell.name
+        assert values["train.epoch_length"] == "full", cell.name
     zero = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.0}
     assert zero == {("sgraf", "clean"), ("clip", "finetune")}
     noisy = {(c.backbone, c.label) for c in cells if c.noise_ratio == 0.5 and c.report}
@@ -190,6 +192,12 @@ def test_default_plan_controls_one_split_and_one_budget() -> None:
     assert [c.name for c in cells if c.plain and c.noise_ratio > 0 and c.seed == 0] == [
         "sgraf-hinge-n50-s0", "clip-finetune-n50-s0"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("plan", ["quick", "full"])
+def test_every_plan_trains_whole_epochs(plan: str) -> None:
+    cells = default_plan("W", "w.pt", PLANS[plan])
+    assert {_sets(c)["train.epoch_length"] for c in cells} == {"full"}
 
 
 def test_a_world_without_a_clip_view_plans_the_sgraf_track_without_osa() -> None:
@@ -300,6 +308,24 @@ def test_a_cell_trained_with_another_config_is_stale_set_aside_and_trained_again
     assert (root / f"{cell.name}.stale-1" / "config.yaml").is_file()
     assert "stale sgraf-npc-paper-n50-s0: trained with other train.lr" in lines[0]
     assert status[cell.name].startswith("failed")  # /bin/false: the cell was launched again
+
+
+@pytest.mark.parametrize(("step", "state"), [(4 * 62, "done"), (4 * 62 - 1, "stale")])
+def test_a_run_over_whole_epochs_at_samples_stands_for_full(tmp_path, step, state) -> None:
+    """A folder trained before the plan set ``train.epoch_length=full`` is the plan's where
+    every epoch took a whole epoch's steps (2000 pairs // 32 = 62, 4 epochs): the same
+    batches at either length. One short epoch (SDD's kept pairs, the pre-filter) makes it
+    stale."""
+    from ugncl.run.compare_grid import cell_differences
+
+    root = tmp_path / "compare"
+    sets = ("method.name=triplet", "train.seed=0", "train.batch_size=32", "train.epochs=3",
+            "train.warmup_epochs=1", "train.epoch_length=full")  # fmt: skip
+    cell = Cell("sgraf-hinge-n50-s0", "hinge", "sgraf", "clean_synthetic", sets, 0.5, 0)
+    records = [{"event": "setup", "n_train_captions": 2000}, {"event": "test", "step": step}]
+    _cell_folder(root, cell, records, "train.epoch_length=samples")
+    assert cell_state(root, cell) == state
+    assert cell_differences(root, cell) == ([] if state == "done" else ["train.epoch_length"])
 
 
 def test_grid_run_leaves_the_thread_count_as_it_found_it(tool, tiny_world, tiny_model, tmp_path):

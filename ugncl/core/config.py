@@ -106,6 +106,13 @@ class TrainConfig:
     epochs: int = 40
     warmup_epochs: int = 5
     batch_size: int = 128
+    # samples: an epoch is one pass over the samples it visits (the method's epoch_samples
+    # less the pre-filter's rejections; every pair unless one shrinks it), as the papers
+    # train. full: an epoch whose samples are fewer than the training set's passes over them
+    # again, in further seeded orders, until it takes as many batches as a pass over every
+    # pair (N // batch_size), so that runs compare at equal optimiser steps (make compare);
+    # an epoch over every pair is the same at both (ugncl.core.engine.sampling).
+    epoch_length: str = "samples"
     lr: float = 2e-4
     # AdamW at 0.2: the CLIP fine-tuning setting of open_clip and the weight-based releases,
     # and for UGNCL a decision (its release uses Adam without decay): a noisy pair is

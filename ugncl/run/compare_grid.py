@@ -42,6 +42,9 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "tools" / "train.py"
 START = "@start_from@"  # in a cell's overrides: the checkpoint of the cell it starts from
+#: On every cell: an epoch that visits a subset of the pairs still takes a whole epoch's
+#: optimiser steps (:class:`PlanSize`); the rows' own configs keep ``samples``.
+EPOCH_LENGTH = "train.epoch_length=full"
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,11 @@ class PlanSize:
 
     Every row of a backbone trains ``sgraf_epochs`` (``clip_epochs``) epochs of
     ``batch_size`` pairs on the same ``train_images`` images, a warm start's epochs included,
-    so every row of a backbone takes the same number of optimiser steps (the report prints
-    each row's steps and flags any row that differs).
+    each epoch as many batches as a pass over every training pair (``train.epoch_length=full``
+    on every cell: a row whose epoch visits a subset, the pre-filter's selection, SDD's kept
+    pairs or the clean-pairs oracle's, passes over it again up to that count, where the
+    papers pass once over their selection), so every row of a backbone takes the same number
+    of optimiser steps (the report prints each row's steps and flags any row that differs).
     """
 
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -193,7 +199,8 @@ class _CellMaker:
         self.tag = f"{_pct(ratio)}-s{seed}"
         self.common = (f"data.root={world}", f"data.train_images={size.train_images}",
                        f"data.noise_ratio={ratio}", "data.noise_seed=0", f"train.seed={seed}",
-                       f"train.batch_size={size.batch_size}", "train.threads=1")  # fmt: skip
+                       f"train.batch_size={size.batch_size}", "train.threads=1",
+                       EPOCH_LENGTH)  # fmt: skip
 
     def __call__(self, backbone: str, label: str, config: str, *extra: str, **kw: Any) -> str:
         name = f"{backbone}-{label}-{self.tag}"
@@ -436,12 +443,13 @@ def estimate_seconds(cells: Sequence[Cell], reference_step_s: float, jobs: int =
     """The plan's wall time: each cell's epochs x steps per epoch x its step cost
     (:data:`STEP_COST`) x ``reference_step_s``, plus its start and test
     (:data:`CELL_OVERHEAD_STEPS`), over ``jobs`` cells at once (the world and the CLIP
-    stand-in not included)."""
+    stand-in not included). Steps per epoch are a whole epoch's, pairs // batch (the tail
+    dropped), for every cell: each trains ``train.epoch_length=full``."""
     total = 0.0
     for cell in cells:
         values = dict(s.split("=", 1) for s in cell.overrides if "=" in s)
         pairs = int(values["data.train_images"]) * CAPTIONS_PER_IMAGE
-        steps = -(-pairs // int(values["train.batch_size"]))
+        steps = pairs // int(values["train.batch_size"])
         work = _cell_epochs(cell) * steps * _step_cost(cell) + CELL_OVERHEAD_STEPS
         total += work * reference_step_s
     return total / max(1, jobs)
@@ -480,7 +488,10 @@ def _cell_sets(out: Path, cell: Cell) -> list[str]:
 
 def cell_differences(out: Path, cell: Cell) -> list[str]:
     """The config keys (``run.*`` aside) whose values in the cell's folder differ from what the
-    cell resolves to now; ``["config.yaml"]`` where the folder's config no longer loads."""
+    cell resolves to now; ``["config.yaml"]`` where the folder's config no longer loads.
+    ``train.epoch_length`` alone is no difference for a finished run whose every epoch took a
+    whole epoch's steps (:func:`took_whole_epochs`): it trained the batches either length
+    gives, so a comparison run before the plan set ``full`` keeps its rows over every pair."""
     from ugncl.run.config import ConfigError, flat_tree, load_config
 
     try:
@@ -489,7 +500,25 @@ def cell_differences(out: Path, cell: Cell) -> list[str]:
         return ["config.yaml"]
     wanted = flat_tree(load_config(cell.config, _cell_sets(out, cell), cwd=REPO)[0].to_dict())
     keys = {k for k in set(saved) | set(wanted) if not k.startswith("run.")}
-    return sorted(k for k in keys if saved.get(k) != wanted.get(k))
+    differ = sorted(k for k in keys if saved.get(k) != wanted.get(k))
+    if differ == ["train.epoch_length"] and took_whole_epochs(_records(out / cell.name), saved):
+        return []
+    return differ
+
+
+def took_whole_epochs(records: Sequence[dict[str, Any]], config: dict[str, Any]) -> bool:
+    """Whether a finished run (its ``records``, its flat ``config``) took ``N // batch``
+    optimiser steps in every epoch: its test record's step is the epochs x that. No epoch can
+    take more, so none visited a subset short of a whole epoch, and at either
+    ``train.epoch_length`` the run trains the same batches
+    (:func:`ugncl.core.engine.sampling.training_batches`)."""
+    test = test_record(records)
+    setup = next((r for r in records if r.get("event") == "setup"), {})
+    if test is None or test.get("step") is None or setup.get("n_train_captions") is None:
+        return False
+    epochs = int(config["train.epochs"]) + int(config["train.warmup_epochs"])
+    whole = int(setup["n_train_captions"]) // int(config["train.batch_size"])
+    return int(test["step"]) == epochs * whole
 
 
 def set_aside(out: Path, cell: Cell) -> Path:

@@ -39,6 +39,7 @@ import yaml
 
 from ugncl.backbones.registry import BACKBONES
 from ugncl.core.config import Config, MethodSection, ModelSection
+from ugncl.core.engine.sampling import EPOCH_LENGTHS
 from ugncl.core.errors import ConfigError
 from ugncl.core.evaluation import EVAL_SCORES
 from ugncl.core.optim import OPTIMIZERS, SCHEDULES
@@ -127,6 +128,7 @@ def choices() -> dict[str, tuple[str, ...]]:
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "train.amp": ("auto", "off", "bf16", "fp16"),
+    "train.epoch_length": EPOCH_LENGTHS,
     "data.noise_format": ("caption", "image", "auto"),
     "data.clip.naming": ("auto", "f30k", "coco", "cc"),
     "data.clip.layout": ("auto", "scan_split", "osa"),

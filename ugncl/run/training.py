@@ -582,6 +582,7 @@ def _train(
             num_workers=config.data.num_workers,
             stop_after_epochs=config.train.stop_after_epochs,
             compile=config.train.compile,
+            epoch_length=config.train.epoch_length,
             checkpoint_extra={
                 "config": config.to_dict(),
                 "identity": identity,

@@ -9,14 +9,17 @@ import torch
 
 from precomputed.vocab import load_vocab
 from sgraf.model import SGRAF
+from tests.conftest import TINY_MODEL
 from ugncl.backbones.sgraf.data import PrecomputedTrainingData
 from ugncl.backbones.sgraf.experiment import open_data_split
 from ugncl.core.config import DataConfig
 from ugncl.core.engine.device import Precision
-from ugncl.core.engine.recorder import MetricsRecorder
+from ugncl.core.engine.recorder import MetricsRecorder, read_metrics
 from ugncl.core.engine.trainer import NonFiniteLossError, Trainer
 from ugncl.core.method import Method
 from ugncl.core.optim import build_optimizer, build_schedule, step_schedule
+from ugncl.run.config import load_config
+from ugncl.run.training import train
 
 
 class NaNAfterFirstStep(Method):
@@ -109,3 +112,25 @@ def test_context_offers_fetch_image_index_and_the_current_lr(tiny_world, tmp_pat
     expected = trainer.data.collate([trainer.data.dataset[i] for i in (5, 0, 3)])
     assert torch.equal(method.fetched.images, expected.images)
     assert method.fetched.image_index.tolist() == trainer.data.image_index[[5, 0, 3]].tolist()
+
+
+@pytest.mark.parametrize("length", ["samples", "full"])
+def test_epoch_length_sets_the_steps_of_a_shrinking_epoch(tiny_world, tmp_path, length) -> None:
+    # The clean-pairs oracle's epoch visits the 69 clean pairs of 120: one pass over them
+    # (``samples``, 4 batches of 16) or as many batches as a pass over all 120 (``full``, 7).
+    sets = [
+        f"data.root={tiny_world}", "data.train_images=24", "data.dev_images=12",
+        "data.noise_ratio=0.5", f"run.out_dir={tmp_path}", "run.name=run", "train.seed=0",
+        "train.batch_size=16", "train.eval_batch_size=12", "train.warmup_epochs=0",
+        "train.epochs=1", "train.log_every=1", "train.threads=1",
+        "eval.test_after_training=false", "method.triplet.train_pairs=clean",
+        f"train.epoch_length={length}", *TINY_MODEL,
+    ]  # fmt: skip
+    config, _ = load_config("triplet_synthetic", sets)
+    train(config, config_name="triplet_synthetic")
+    records = read_metrics(tmp_path / "run")
+    setup = next(r for r in records if r["event"] == "setup")
+    pairs, clean = setup["n_train_captions"], setup["n_train_captions"] - setup["n_noisy"]
+    assert (pairs, clean) == (120, 69)
+    steps = [r["step"] for r in records if r["event"] == "train"]
+    assert steps == list(range(1, 1 + {"samples": 69 // 16, "full": 120 // 16}[length]))

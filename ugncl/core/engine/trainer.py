@@ -35,7 +35,12 @@ from ugncl.core.engine.context import MethodContext, StepContext
 from ugncl.core.engine.device import Precision
 from ugncl.core.engine.distributed import DistEnv
 from ugncl.core.engine.recorder import MetricsRecorder
-from ugncl.core.engine.sampling import batch_indices, epoch_order
+from ugncl.core.engine.sampling import (
+    EPOCH_LENGTHS,
+    batch_indices,
+    epoch_order,
+    training_batches,
+)
 from ugncl.core.engine.seed import capture_rng_state, restore_rng_state
 from ugncl.core.errors import UserError
 from ugncl.core.method import Method
@@ -160,6 +165,7 @@ class Trainer:
         dist: DistEnv | None = None,
         prefilter: Prefilter | None = None,
         compile: bool = False,
+        epoch_length: str = "samples",
     ) -> None:
         self.dist = dist or DistEnv()
         self.model = model.to(device)
@@ -182,6 +188,9 @@ class Trainer:
         self.stop_after_epochs = stop_after_epochs
         self.checkpoint_extra = checkpoint_extra or {}
         self.prefilter = prefilter
+        if epoch_length not in EPOCH_LENGTHS:
+            raise ValueError(f"unknown epoch_length {epoch_length!r}; use one of {EPOCH_LENGTHS}")
+        self.epoch_length = epoch_length  # train.epoch_length (sampling.training_batches)
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.use_grad_scaler)
         self.epoch = 0  # epochs completed
@@ -356,12 +365,16 @@ class Trainer:
         """The epoch's loader (this rank's micro-batches) and its global batches.
 
         The order is ``epoch_order(seed, epoch)`` in every process; it is cut into global
-        batches of ``batch_size`` (the incomplete tail dropped) and, with several processes,
+        batches of ``batch_size`` (the incomplete tail dropped; with ``epoch_length`` ``full``
+        a shrunken subset is passed again up to a whole epoch's count,
+        :func:`~ugncl.core.engine.sampling.training_batches`) and, with several processes,
         rank r loads slice ``[r*b, (r+1)*b)`` of each (b = batch_size / world). With
         ``extra`` (:meth:`Method.prefetch_samples`) the loader yields ``(batch, PairBatch of
         extra(batch indices) or None)``, both decoded in the loader's workers."""
-        order = epoch_order(self.data.num_samples, self.seed, epoch, TRAIN_STREAM, subset)
-        global_batches = batch_indices(order, self.batch_size, drop_last=True)
+        global_batches = training_batches(
+            self.data.num_samples, self.batch_size, self.seed, epoch, TRAIN_STREAM, subset,
+            length=self.epoch_length,
+        )  # fmt: skip
         local = global_batches
         if self.dist.enabled:
             local = distributed.shard_global_batches(global_batches, self.dist)
