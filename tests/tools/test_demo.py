@@ -38,7 +38,7 @@ def test_demo_generates_the_world_and_prints_every_row(demo, tmp_path, tiny_mode
     for name in ("clean reference", "hinge 50% noise", "UGNCL 50% noise", "UGNCL paper 50% noise",
                  "oracle ceiling", "stronger noisy baseline: "):  # fmt: skip
         assert name in printed
-    assert "triplet" not in printed  # trains only when --only names it
+    assert "triplet 50% noise" not in printed  # trains only when --only names it
     summary = json.loads((out / "demo_summary.json").read_text())
     assert summary["world"]["num_train"] == 20 and summary["world"]["seed"] == 5
     rows = {r["method"]: r for r in summary["rows"]}
