@@ -76,12 +76,13 @@ class DemoRow(NamedTuple):
 
 
 #: The demo's schedule (``--schedule short``, the default): the configs' own 20 epochs cut so
-#: that ``make demo`` fits 10 minutes on the slower 2-core machines of its kind (a reference
-#: step of up to 0.28 CPU s): the clean reference and the hinge train 4 all-negatives + 1
-#: hardest-negative epochs (configs: 19 + 1), both UGNCL readings 2 warm-up + 5 main epochs
-#: with the lr step at the last (configs: 2 + 18). The short schedule lowers every trained row
-#: (UGNCL's package reading most: it is still climbing at 2 + 5); ``--schedule config`` trains
-#: the configs as written (docs/research/ugncl-generalisation.md).
+#: that ``make demo`` fits 10 minutes on the slower 2-core machines of its kind (5.8 min
+#: measured at a reference step of 0.146 CPU s, so up to about 0.25 s): the clean reference
+#: and the hinge train 4 all-negatives + 1 hardest-negative epochs (configs: 19 + 1), both
+#: UGNCL readings 2 warm-up + 5 main epochs with the lr step at the last (configs: 2 + 18).
+#: The short schedule lowers every trained row (UGNCL's package reading most: it is still
+#: climbing at 2 + 5); ``--schedule config`` trains the configs as written
+#: (docs/research/ugncl-generalisation.md).
 _HINGE_SHORT = ("train.warmup_epochs=4", "train.epochs=1")
 _UGNCL_SHORT = ("train.epochs=5", "train.lr_update=4")
 #: Table rows in table order. UGNCL's paper reading joins beside its package reading where
