@@ -20,6 +20,7 @@ from precomputed.errors import UserError
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.generators import GENERATORS
 from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
+from precomputed.synthetic.renderers import RENDERERS
 from precomputed.synthetic.writer import redraw_nuisance
 from ugncl.run.cli import check_writable, cli_main
 
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  vocab: {root / f'{DATASET_NAME}_vocab.json'}")
     for name, digest in world["noise_sha256"].items():
         print(f"  noise {name}: sha256 {digest}")
-    if args.image_size and args.generator != "default":
+    if args.image_size and args.generator not in RENDERERS:
         print(f"  no images rendered: the {args.generator} generator has no image renderer")
     elif args.image_size:
         start = time.perf_counter()

@@ -4,8 +4,8 @@
 
 Draws a pool of scenes from the synthetic world's generators on a stream disjoint from the
 train/dev/test splits (scenes equal to a split scene are redrawn), renders them with
-``precomputed.synthetic.render.render_scene``, trains ``ugncl-tiny`` with symmetric InfoNCE,
-writes the local pretrained checkpoint the synthetic CLIP configs point at
+the world's renderer (``precomputed.synthetic.renderers``), trains ``ugncl-tiny`` with
+symmetric InfoNCE, writes the local pretrained checkpoint the synthetic CLIP configs point at
 (``<data>/clip/ugncl-tiny-pretrained.pt``, weights_only-loadable) with a ``.json`` record
 beside it, and prints the record: pool, steps, wall time, pairs/s and the zero-shot retrieval
 metrics on the test split.
@@ -20,10 +20,11 @@ from pathlib import Path
 
 import torch
 
+from precomputed.synthetic.renderers import renderer_for
 from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
 from ugncl.backbones.clip.loading import WeightsError
 from ugncl.backbones.clip.models import TINY_MODEL
-from ugncl.backbones.clip.pretrain import PretrainConfig, pretrain_on_world
+from ugncl.backbones.clip.pretrain import PretrainConfig, load_world_settings, pretrain_on_world
 from ugncl.run.cli import check_writable, cli_main
 
 DEFAULT_NAME = f"clip/{TINY_MODEL}-pretrained.pt"
@@ -59,11 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     check_writable(out.with_suffix(".json"), "output record")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    try:
-        from precomputed.synthetic.render import render_scene
-    except ImportError as err:
-        print(f"error: the synthetic renderer is missing ({err})", file=sys.stderr)
-        return 2
     out = Path(args.out) if args.out else Path(args.data) / DEFAULT_NAME
     cfg = PretrainConfig(
         steps=args.steps, batch_size=args.batch_size, lr=args.lr,
@@ -72,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     torch.manual_seed(args.seed)
     try:
+        render = renderer_for(load_world_settings(args.data).get("generator"))
         model = build_clip(args.model)
         record = pretrain_on_world(
-            model, args.data, render_scene, cfg, pool_size=args.pool, offset=args.offset,
+            model, args.data, render, cfg, pool_size=args.pool, offset=args.offset,
             eval_split=None if args.eval_split == "none" else args.eval_split,
             log=lambda rec: print(json.dumps(rec), flush=True),
         )  # fmt: skip

@@ -33,7 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GENERATORS", "GENERATOR_PLACES", "GeneratedSplit", "generator_words"]
+__all__ = [
+    "GENERATORS",
+    "GENERATOR_PLACES",
+    "GeneratedSplit",
+    "counting_captions",
+    "counting_scene",
+    "generator_words",
+]
 
 _SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
 
@@ -105,6 +112,27 @@ def _counting_caption(rng: np.random.Generator, scene: dict) -> str:
     return " ".join(text.split())
 
 
+def counting_scene(rng: np.random.Generator, image_id: int) -> dict:
+    """One counting scene record: 1-3 groups of 1-3 instances of a category, in a place
+    (categories, colours and places Zipf-distributed)."""
+    cats = list(_C_CATEGORIES)
+    n_groups = int(rng.integers(1, 4))
+    chosen = rng.choice(len(cats), size=n_groups, replace=False, p=_zipf(len(cats)))
+    p_col = _zipf(len(_C_COLOURS))
+    groups = [
+        {"category": cats[int(c)], "colour": _C_COLOURS[int(rng.choice(8, p=p_col))],
+         "count": int(rng.integers(1, 4))}
+        for c in chosen
+    ]  # fmt: skip
+    place = int(rng.choice(len(_C_PLACES), p=_zipf(len(_C_PLACES))))
+    return {"image_id": image_id, "place": _C_PLACES[place], "groups": groups}
+
+
+def counting_captions(rng: np.random.Generator, scene: dict, num: int = 5) -> list[str]:
+    """``num`` captions of one counting scene record."""
+    return [_counting_caption(rng, scene) for _ in range(num)]
+
+
 def _counting(
     seed: int, split: str, num: int, *, regions: int, dim: int
 ) -> GeneratedSplit:  # fmt: skip
@@ -118,19 +146,12 @@ def _counting(
     col_mask = np.where(bank.random((len(cats), dim)) < 0.5, -1.0, 1.0).astype(np.float32)
     place_dir = bank.standard_normal((len(_C_PLACES), dim), dtype=np.float32)
     rng = np.random.default_rng([seed, code, 111])
-    p_cat, p_col, p_place = _zipf(len(cats)), _zipf(len(_C_COLOURS)), _zipf(len(_C_PLACES))
     feats = np.zeros((num, regions, dim), dtype=np.float32)
     scenes, captions = [], []
     for i in range(num):
-        n_groups = int(rng.integers(1, 4))
-        chosen = rng.choice(len(cats), size=n_groups, replace=False, p=p_cat)
-        groups = [
-            {"category": cats[int(c)], "colour": _C_COLOURS[int(rng.choice(8, p=p_col))],
-             "count": int(rng.integers(1, 4))}
-            for c in chosen
-        ]  # fmt: skip
-        place = int(rng.choice(len(_C_PLACES), p=p_place))
-        scene = {"image_id": i, "place": _C_PLACES[place], "groups": groups}
+        scene = counting_scene(rng, i)
+        place = _C_PLACES.index(scene["place"])
+        groups = scene["groups"]
         instances = [(g, k) for g in groups for k in range(g["count"])]
         owner: list[int] = []
         for j in range(len(instances)):

@@ -39,6 +39,7 @@ __all__ = [
     "CLIP_DATASET_NAME",
     "GLYPHS",
     "SPLITS",
+    "draw_glyph",
     "image_file_name",
     "render_scene",
     "render_scenes",
@@ -175,7 +176,7 @@ def _background(scene_type: str, size: int) -> Image.Image:
     return img
 
 
-def _record_rng(scene: dict) -> np.random.Generator:
+def record_rng(scene: dict) -> np.random.Generator:
     # sha256 of the canonical JSON: stable across processes (Python's hash() is salted).
     digest = hashlib.sha256(json.dumps(scene, sort_keys=True).encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
@@ -220,7 +221,7 @@ def render_scene(scene: dict, size: int) -> Image.Image:
     _check_scene(scene)
     img = _background(scene["scene_type"], size).copy()
     draw = ImageDraw.Draw(img)
-    rng = _record_rng(scene)
+    rng = record_rng(scene)
     objects = scene["objects"]
     jitter = rng.uniform(-_JITTER, _JITTER, size=(len(objects), 2))
     # Large objects first, so small ones drawn later are not hidden behind them.
@@ -231,22 +232,30 @@ def render_scene(scene: dict, size: int) -> Image.Image:
         cx, cy = CENTRES[obj["position"]]
         x0 = (cx + jitter[i, 0]) * size - side / 2
         y0 = (cy + jitter[i, 1]) * size - side / 2
-        colour = COLOUR_RGB[obj["colour"]]
-        outline = _LIGHT_OUTLINE if sum(colour) < 120 else _OUTLINE
-        for part in GLYPHS[obj["category"]]:
-            kind, geom = part[0], part[1]
-            fill = _dark(colour) if len(part) > 2 else colour
-            if kind == "p":
-                pts = [(x0 + x * side, y0 + y * side) for x, y in geom]
-                draw.polygon(pts, fill=fill, outline=outline)
-                continue
-            box = (x0 + geom[0] * side, y0 + geom[1] * side,
-                   x0 + geom[2] * side, y0 + geom[3] * side)  # fmt: skip
-            if kind == "e":
-                draw.ellipse(box, fill=fill, outline=outline)
-            else:
-                draw.rectangle(box, fill=fill, outline=outline)
+        draw_glyph(draw, obj["category"], obj["colour"], x0, y0, side)
     return img
+
+
+def draw_glyph(
+    draw: ImageDraw.ImageDraw, category: str, colour: str, x0: float, y0: float, side: float
+) -> None:
+    """Draw ``category``'s glyph in ``colour`` in the square box at ``(x0, y0)`` of ``side``
+    pixels, outlined (dark, or light for black objects)."""
+    rgb = COLOUR_RGB[colour]
+    outline = _LIGHT_OUTLINE if sum(rgb) < 120 else _OUTLINE
+    for part in GLYPHS[category]:
+        kind, geom = part[0], part[1]
+        fill = _dark(rgb) if len(part) > 2 else rgb
+        if kind == "p":
+            pts = [(x0 + x * side, y0 + y * side) for x, y in geom]
+            draw.polygon(pts, fill=fill, outline=outline)
+            continue
+        box = (x0 + geom[0] * side, y0 + geom[1] * side,
+               x0 + geom[2] * side, y0 + geom[3] * side)  # fmt: skip
+        if kind == "e":
+            draw.ellipse(box, fill=fill, outline=outline)
+        else:
+            draw.rectangle(box, fill=fill, outline=outline)
 
 
 def render_scenes(scenes: Iterable[dict], size: int) -> Iterable[Image.Image]:
@@ -295,7 +304,8 @@ def write_clip_images(
     fmt: str = "png",
     splits: tuple[str, ...] = SPLITS,
 ) -> Path:
-    """Render every scene of a generated world into the CLIP layout beside its features.
+    """Render every scene of a generated world into the CLIP layout beside its features,
+    with the renderer of the world's generator (:mod:`precomputed.synthetic.renderers`).
 
     Args:
         root: data root holding ``<source>/`` (``data/synthetic`` by default of
@@ -313,11 +323,17 @@ def write_clip_images(
     Raises:
         DataNotFoundError: the world or one of its files is missing.
         DataFormatError: caption and scene counts of a split disagree.
+        ValueError: the world's generator has no renderer.
     """
+    # Imported here: the renderers' table imports this module's default renderer.
+    from .renderers import renderer_for
+
     if fmt not in IMAGE_FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(IMAGE_FORMATS)}, got {fmt!r}")
     src = Path(root) / source
-    cpi = int(read_world_settings(root, source)["captions_per_image"])
+    settings = read_world_settings(root, source)
+    cpi = int(settings["captions_per_image"])
+    render = renderer_for(settings.get("generator"))
     out = Path(root) / name
     image_dir = out / "images"
     ann_dir = out / "annotations" / "scan_split"
@@ -340,7 +356,7 @@ def write_clip_images(
         first_id = len(names)
         for i, scene in enumerate(scenes):
             file_name = image_file_name(split, i, fmt)
-            img = render_scene(scene, size)
+            img = render(scene, size)
             with atomic_open(image_dir / file_name, "wb") as f:
                 if fmt == "png":
                     img.save(f, format="PNG", compress_level=1)
@@ -357,7 +373,7 @@ def write_clip_images(
     _write_lines(ann_dir / "image_name.txt", names)
     info = {
         "source": source, "size": size, "format": fmt, "captions_per_image": cpi,
-        "splits": counts, "image_naming": "f30k",
+        "splits": counts, "image_naming": "f30k", "generator": settings.get("generator", "default"),
     }  # fmt: skip
     with atomic_open(out / "render.json", "w") as f:
         f.write(json.dumps(info, indent=2, sort_keys=True) + "\n")

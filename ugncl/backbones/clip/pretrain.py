@@ -32,6 +32,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from precomputed.synthetic import CAPTIONS_PER_IMAGE, DATASET_NAME, caption_scene, sample_scenes
+from precomputed.synthetic.generators import counting_captions, counting_scene
 from ugncl.core.metrics import retrieval_metrics
 
 from .adapter import CLIPSimilarity
@@ -82,9 +83,37 @@ def load_scenes(path: str | Path) -> list[dict]:
 
 
 def scene_key(scene: dict) -> tuple:
-    """What a scene record looks like, independent of its id: type + sorted objects."""
+    """What a scene record looks like, independent of its id: the default world's type +
+    sorted objects, the counting world's place + sorted groups."""
+    if "groups" in scene:
+        groups = sorted((g["category"], g["colour"], g["count"]) for g in scene["groups"])
+        return (scene["place"], *groups)
     objs = sorted((o["category"], o["colour"], o["size"], o["position"]) for o in scene["objects"])
     return (scene["scene_type"], *objs)
+
+
+def _check_pool_generator(settings: dict) -> str:
+    generator = settings.get("generator", "default")
+    if generator not in ("default", "counting"):
+        raise ValueError(
+            f"the {generator} world has no images, so no CLIP stand-in; pretrain on a default "
+            "or counting world"
+        )
+    return generator
+
+
+def _draw_scenes(settings: dict, rng: np.random.Generator, num: int) -> list[tuple[dict, object]]:
+    """``num`` (scene record, the generator's scene) drawn by the world's generator."""
+    if _check_pool_generator(settings) == "counting":
+        return [(scene, scene) for scene in (counting_scene(rng, 0) for _ in range(num))]
+    drawn = sample_scenes(rng, num, sharing=settings["attribute_sharing"])
+    return [(scene.to_dict(), scene) for scene in drawn]
+
+
+def _caption(settings: dict, rng: np.random.Generator, scene: object) -> list[str]:
+    if _check_pool_generator(settings) == "counting":
+        return counting_captions(rng, scene, CAPTIONS_PER_IMAGE)
+    return caption_scene(rng, scene, CAPTIONS_PER_IMAGE, settings["partialness"])
 
 
 def make_pool(
@@ -112,19 +141,15 @@ def make_pool(
     captions: list[list[str]] = []
     dropped = 0
     while len(scenes) < num_scenes:
-        drawn = sample_scenes(
-            scene_rng, num_scenes - len(scenes), sharing=settings["attribute_sharing"]
-        )
-        for scene in drawn:
-            record = scene.to_dict()
+        for record, scene in _draw_scenes(settings, scene_rng, num_scenes - len(scenes)):
             if scene_key(record) in banned:
                 dropped += 1
                 continue
-            scene.image_id = record["image_id"] = len(scenes)
+            record["image_id"] = len(scenes)
+            if hasattr(scene, "image_id"):
+                scene.image_id = record["image_id"]
             scenes.append(record)
-            captions.append(
-                caption_scene(cap_rng, scene, CAPTIONS_PER_IMAGE, settings["partialness"])
-            )
+            captions.append(_caption(settings, cap_rng, scene))
     return scenes, captions, dropped
 
 

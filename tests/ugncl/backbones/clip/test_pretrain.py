@@ -122,3 +122,21 @@ def test_pretrain_tool_writes_a_loadable_checkpoint(world, tmp_path, tool, monke
     assert torch.load(out, weights_only=True)["pretraining"]["pool"]["images"] == 8
     assert tool("pretrain_clip").main(["--data", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "make_synthetic" in capsys.readouterr().err
+
+
+def test_a_counting_world_pools_its_own_scenes_disjoint_from_its_splits(tmp_path):
+    """The counting world's pool: counting scenes and captions, none equal to a split scene;
+    the activity world (no renderer) is refused by name."""
+    root = make_synthetic(tmp_path / "c", generator="counting", num_train=12, num_dev=4,
+                          num_test=4, regions=4, feature_dim=8, noise_ratios=())  # fmt: skip
+    settings = load_world_settings(root)
+    split_scenes = [s for split in ("train", "dev", "test") for s in read_split(root, split)[0]]
+    scenes, captions, _ = make_pool(settings, 30, split_scenes)
+    assert all("groups" in s for s in scenes) and [s["image_id"] for s in scenes] == list(range(30))
+    assert not {scene_key(s) for s in scenes} & {scene_key(s) for s in split_scenes}
+    assert all(len(c) == 5 and all(isinstance(x, str) and x for x in c) for c in captions)
+    assert make_pool(settings, 30, split_scenes) == (scenes, captions, _)
+    activity = make_synthetic(tmp_path / "a", generator="activity", num_train=4, num_dev=2,
+                              num_test=2, regions=4, feature_dim=8, noise_ratios=())  # fmt: skip
+    with pytest.raises(ValueError, match="activity world has no images"):
+        make_pool(load_world_settings(activity), 5)
