@@ -50,8 +50,11 @@ rsum_vs_noise.png, detection.png, weights.png)::
 ``data/worlds/<hash of the options>`` (the default world: ``data/synthetic``) with its CLIP
 stand-in weights (tools/pretrain_clip.py), and its report goes to
 ``runs/compare-<hash of the options>`` (a plan reuses finished cells by name, so each world has
-its own folder). A world without rendered images (``--generator counting|activity``) gets the
-SGRAF track only.
+its own folder). The counting world (``--world "--generator counting"``) has a CLIP view of
+its own renderer; a world without rendered images (``--generator activity``) gets the SGRAF
+track only. ``--backbone clip`` trains and reports one track::
+
+    python tools/compare.py --plan default --world "--generator counting" --backbone clip
 """
 
 from __future__ import annotations
@@ -124,6 +127,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="",
         metavar="OPTIONS",
         help="tools/make_synthetic.py options of the plan's world (default: the default world)",
+    )
+    parser.add_argument(
+        "--backbone",
+        choices=("sgraf", "clip"),
+        default=None,
+        help="with --plan: that backbone's rows only (default: both)",
     )
     parser.add_argument("--jobs", type=int, default=2, help="plan cells trained at once")
     parser.add_argument(
@@ -198,7 +207,7 @@ def world_root(options: str) -> Path:
 
 def ensure_world(options: str) -> tuple[Path, Path | None]:
     """The plan's world root and CLIP stand-in weights, generated when missing; no weights
-    (None) for a world without a CLIP view (``--generator counting|activity`` or
+    (None) for a world without a CLIP view (``--generator activity`` or
     ``--image-size 0`` render no images)."""
     root = world_root(options)
     tools = Path(__file__).resolve().parent
@@ -210,12 +219,23 @@ def ensure_world(options: str) -> tuple[Path, Path | None]:
         print(f"{root} has no CLIP view (no rendered images): the SGRAF track only",
               file=sys.stderr)  # fmt: skip
         return root, None
-    weights = root / "clip" / "ugncl-tiny-pretrained.pt"
+    weights = stand_in_path(root)
     if not weights.is_file():
         print(f"pretraining the CLIP stand-in {weights} ...", file=sys.stderr)
         cmd = [sys.executable, str(tools / "pretrain_clip.py"), "--data", str(root)]
-        subprocess.run([*cmd, "--threads", "1"], check=True)
+        subprocess.run([*cmd, "--out", str(weights), "--threads", "1"], check=True)
     return root, weights
+
+
+def stand_in_path(root: Path) -> Path:
+    """The world's CLIP stand-in, named by its pretraining recipe (tools/pretrain_clip.py's
+    defaults), so a plan whose recipe changed pretrains a new one and its CLIP cells, which
+    name the weights file, are stale and train again."""
+    from ugncl.backbones.clip.models import TINY_MODEL
+    from ugncl.backbones.clip.pretrain import POOL_SIZE, PretrainConfig
+
+    steps = PretrainConfig().steps
+    return root / "clip" / f"{TINY_MODEL}-{steps}steps-pool{POOL_SIZE}.pt"
 
 
 def print_estimate(args: argparse.Namespace) -> int:
@@ -242,8 +262,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         return print_estimate(args)
     if args.report_only:  # nothing to train: no world is written
         world = world_root(args.world)
-        stand_in = world / "clip" / "ugncl-tiny-pretrained.pt"
-        weights = stand_in if (world / "synthetic_clip").is_dir() else None
+        weights = stand_in_path(world) if (world / "synthetic_clip").is_dir() else None
     else:
         world, weights = ensure_world(args.world)
     if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name
@@ -253,6 +272,8 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     if args.seeds:
         size = dataclasses.replace(size, seeds=tuple(args.seeds))
     cells = default_plan(world, weights, size)
+    if args.backbone:  # one track of the plan: e.g. the CLIP rows on a second CLIP world
+        cells = [c for c in cells if c.backbone == args.backbone]
     if args.set:  # e.g. a smoke run: fewer images and epochs in every cell
         cells = [dataclasses.replace(c, overrides=(*c.overrides, *args.set)) for c in cells]
     if args.report_only:
@@ -272,6 +293,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     notes = [
         f"`python tools/compare.py --plan {args.plan} --jobs {args.jobs}"
         + (f' --world "{args.world}"' if args.world else "")
+        + (f" --backbone {args.backbone}" if args.backbone else "")
         + "`",
         f"World `{world}`, "
         + (f"CLIP stand-in `{weights}`" if weights else "no CLIP view (SGRAF track only, no OSA)")
@@ -283,7 +305,10 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         ),
         *(["", "Cells that did not finish:", *failed] if failed else []),
     ]
-    title = "Noisy-correspondence methods on " + ("both backbones" if weights else "SGRAF")
+    tracks = {"sgraf": "SGRAF", "clip": "CLIP"}
+    title = "Noisy-correspondence methods on " + (
+        tracks[args.backbone] if args.backbone else "both backbones" if weights else "SGRAF"
+    )
     paths = write_report(args.out, rows, records, title=title, notes=notes, hits=hits)
     print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)

@@ -1,6 +1,6 @@
 """Pretrain the tiny CLIP on a clean pool of synthetic scenes (the stand-in for web data).
 
-``python tools/pretrain_clip.py [--data data/synthetic] [--steps 400] [--pool 8000]``
+``python tools/pretrain_clip.py [--data data/synthetic] [--steps 2500] [--pool 20000]``
 
 Draws a pool of scenes from the synthetic world's generators on a stream disjoint from the
 train/dev/test splits (scenes equal to a split scene are redrawn), renders them with
@@ -24,7 +24,12 @@ from precomputed.synthetic.renderers import renderer_for
 from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
 from ugncl.backbones.clip.loading import WeightsError
 from ugncl.backbones.clip.models import TINY_MODEL
-from ugncl.backbones.clip.pretrain import PretrainConfig, load_world_settings, pretrain_on_world
+from ugncl.backbones.clip.pretrain import (
+    POOL_SIZE,
+    PretrainConfig,
+    load_world_settings,
+    pretrain_on_world,
+)
 from ugncl.run.cli import check_writable, cli_main
 
 DEFAULT_NAME = f"clip/{TINY_MODEL}-pretrained.pt"
@@ -38,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", default="data/synthetic", help="synthetic world root")
     p.add_argument("--out", default=None, help=f"checkpoint path (default <data>/{DEFAULT_NAME})")
     p.add_argument("--model", default=TINY_MODEL, help="open_clip architecture")
-    p.add_argument("--pool", type=int, default=8000, help="pool images (5 captions each)")
+    p.add_argument("--pool", type=int, default=POOL_SIZE, help="pool images (5 captions each)")
     p.add_argument("--offset", type=int, default=0, help="pool stream offset (another pool)")
     p.add_argument("--steps", type=int, default=d.steps, help="optimiser steps")
     p.add_argument("--batch-size", type=int, default=d.batch_size)

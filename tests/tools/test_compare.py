@@ -350,6 +350,16 @@ def test_report_only_before_any_cell_finished_is_one_line(compare, tmp_path, cap
     assert not (tmp_path / "p").exists()
 
 
+def test_backbone_reports_one_track(compare, tmp_path, capsys) -> None:
+    """``--backbone clip`` keeps the plan's CLIP cells only: the report-only error names none
+    of SGRAF's."""
+    assert compare(["--plan", "quick", "--backbone", "clip", "--report-only", "--out",
+                    str(tmp_path / "p")]) == 2  # fmt: skip
+    assert "no cell of the quick plan has finished" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare(["--plan", "quick", "--backbone", "resnet"])
+
+
 def test_plan_estimate(compare, capsys) -> None:
     assert compare(["--plan", "quick", "--estimate", "0.16"]) == 0
     assert capsys.readouterr().out.startswith("plan quick: ")

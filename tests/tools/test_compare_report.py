@@ -346,10 +346,10 @@ def test_grid_run_leaves_the_thread_count_as_it_found_it(tool, tiny_world, tiny_
 
 
 def test_ensure_world_without_a_clip_view_skips_the_stand_in(tool, tmp_path, monkeypatch) -> None:
-    """A counting/activity world renders no images: no CLIP pretraining is attempted."""
+    """An activity world renders no images: no CLIP pretraining is attempted."""
     import hashlib
 
-    options = "--generator counting --num-train 50"
+    options = "--generator activity --num-train 50"
     expected = tool("compare").world_root(options)
     assert expected == Path("data/worlds") / hashlib.sha256(options.encode()).hexdigest()[:10]
     root = tmp_path / expected
@@ -377,3 +377,16 @@ def test_budget_section_names_step_and_setting_departures() -> None:
     assert "departs: `npc` (the config): optimizer adamw" in text
     rows[2]["steps"] = 100
     assert "every row trains 100 optimiser steps" in "\n".join(budget_markdown(rows))
+
+
+def test_the_stand_in_is_named_by_its_recipe(tool, tmp_path) -> None:
+    """A changed pretraining recipe names another weights file, so the CLIP cells that name
+    the old one are stale and train again."""
+    from ugncl.backbones.clip.pretrain import POOL_SIZE, PretrainConfig
+    from ugncl.run.compare_grid import clip_rows
+
+    path = tool("compare").stand_in_path(tmp_path)
+    assert path.parent == tmp_path / "clip"
+    assert f"{PretrainConfig().steps}steps" in path.name and f"pool{POOL_SIZE}" in path.name
+    finetune = next(r for r in clip_rows(path) if r.label == "finetune")
+    assert f"model.clip.pretrained={path}" in finetune.sets
