@@ -1,6 +1,6 @@
 """Pretrain the tiny CLIP on a clean pool of synthetic scenes (the stand-in for web data).
 
-``python tools/pretrain_clip.py [--data data/synthetic] [--steps 2500] [--pool 20000]``
+``python tools/pretrain_clip.py [--data data/synthetic] [--steps 5000] [--pool 20000]``
 
 Draws a pool of scenes from the synthetic world's generators on a stream disjoint from the
 train/dev/test splits (scenes equal to a split scene are redrawn), renders them with

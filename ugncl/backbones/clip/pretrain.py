@@ -200,10 +200,10 @@ class PretrainConfig:
     no decay for gains, biases and logit_scale); linear warm-up then cosine, in optimiser steps.
     """
 
-    # 2500 steps on a pool of 20000 (about 10 min on one core): zero-shot test rSum 165 on the
-    # default world (400 steps: 121; 5000: 176) and 281 on the counting world
+    # 5000 steps on a pool of 20000 (about 20 min on one core): zero-shot test rSum 176 on the
+    # default world (400 steps: 121; 2500: 165) and 337 on the counting world (2500: 281)
     # (docs/research/2026-11-28-clip-worlds.md).
-    steps: int = 2500
+    steps: int = 5000
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.2
