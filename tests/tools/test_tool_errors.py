@@ -207,6 +207,11 @@ def cases(p: dict[str, Path], world: Path) -> dict[str, dict[str, list[str] | No
             "zero": ["--data-root", str(zw), "--split", "train"],
             "bad": ["--data-root", str(bw), "--split", "train"],
         },
+        "clip_division": {
+            "ro": ["--weights", str(zero), "--data", str(world), "--json", str(ro / "d.json")],
+            "zero": ["--weights", str(zero), "--data", str(world)],
+            "bad": ["--weights", str(zero), "--data", str(bw)],
+        },
         "pretrain_clip": {
             "ro": ["--data", str(world), "--out", str(ro / "w.pt")],
             "zero": ["--data", str(zw), "--out", str(tmp / "w0.pt"), "--steps", "1"],

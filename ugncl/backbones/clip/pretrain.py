@@ -47,6 +47,7 @@ __all__ = [
     "POOL_SIZE",
     "PretrainConfig",
     "Renderer",
+    "encode_split",
     "load_scenes",
     "load_world_settings",
     "make_pool",
@@ -315,6 +316,31 @@ def pretrain(
 
 
 @torch.no_grad()
+def encode_split(
+    model: CLIPSimilarity, images: Tensor, tokens: Tensor, *, batch: int = 256
+) -> tuple[Tensor, Tensor]:
+    """Embeddings of a rendered split: uint8 images ``(n_img, 3, S, S)`` and token ids
+    ``(n_cap, ctx)`` -> ``(n_img, d)``, ``(n_cap, d)``, L2-normalised (their products are the
+    cosines), on the model's device."""
+    device = next(model.parameters()).device
+    normalise = _normaliser(model)
+    model.eval()
+    img = torch.cat(
+        [
+            model.encode_images(normalise(images[i : i + batch]).to(device))
+            for i in range(0, images.shape[0], batch)
+        ]
+    )
+    cap = torch.cat(
+        [
+            model.encode_captions(tokens[i : i + batch].to(device))
+            for i in range(0, tokens.shape[0], batch)
+        ]
+    )
+    return img, cap
+
+
+@torch.no_grad()
 def zero_shot(
     model: CLIPSimilarity,
     images: Tensor,
@@ -332,18 +358,7 @@ def zero_shot(
     n_img, n_cap = images.shape[0], tokens.shape[0]
     if n_cap != n_img * captions_per_image:
         raise ValueError(f"{n_cap} captions for {n_img} images x {captions_per_image}")
-    device = next(model.parameters()).device
-    normalise = _normaliser(model)
-    model.eval()
-    img = torch.cat(
-        [
-            model.encode_images(normalise(images[i : i + batch]).to(device))
-            for i in range(0, n_img, batch)
-        ]
-    )
-    cap = torch.cat(
-        [model.encode_captions(tokens[i : i + batch].to(device)) for i in range(0, n_cap, batch)]
-    )
+    img, cap = encode_split(model, images, tokens, batch=batch)
     scores = model.score_all_pairs(img, cap)
     return retrieval_metrics(scores[0], np.arange(n_cap) // captions_per_image)
 
