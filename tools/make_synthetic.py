@@ -54,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         "short template captions; the knobs below) | counting (groups of 1-3 instances, "
         "colour bound to category, empty regions, counting captions) | activity (actors "
         "with actions, a random network of attribute conjunctions, 40%% place regions, long "
-        "sentences); the region/caption knobs apply to default only, and only default "
-        "renders images",
+        "sentences); the region/caption knobs apply to default only, and activity renders "
+        "no images",
     )  # fmt: skip
     p.add_argument("--num-train", type=int, default=1000, help="train images")
     p.add_argument("--num-dev", type=int, default=250, help="dev images")

@@ -18,9 +18,10 @@ from precomputed.synthetic.render import (
     CLIP_DATASET_NAME,
     IMAGE_FORMATS,
     read_scenes,
-    render_scene,
     write_clip_images,
 )
+from precomputed.synthetic.renderers import renderer_for
+from precomputed.synthetic.world import read_world_settings
 from ugncl.run.cli import check_writable, cli_main
 
 
@@ -40,12 +41,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _time(scene_file: Path, n: int, size: int, fmt: str) -> None:
+def _time(root: Path, source: str, n: int, size: int, fmt: str) -> None:
     import io
 
-    scenes = read_scenes(scene_file)[:n]
+    scenes = read_scenes(root / source / "train_scenes.jsonl")[:n]
+    render = renderer_for(read_world_settings(root, source).get("generator"))
     start = time.perf_counter()
-    images = [render_scene(s, size) for s in scenes]
+    images = [render(s, size) for s in scenes]
     render_s = time.perf_counter() - start
     start = time.perf_counter()
     for img in images:
@@ -66,14 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.time is not None:
-            _time(Path(args.root) / args.source / "train_scenes.jsonl", args.time, args.size,
-                  args.format)  # fmt: skip
+            _time(Path(args.root), args.source, args.time, args.size, args.format)
             return 0
         start = time.perf_counter()
         out = write_clip_images(
             args.root, source=args.source, name=args.name, size=args.size, fmt=args.format
         )
-    except (DataNotFoundError, DataFormatError) as err:
+    except (DataNotFoundError, DataFormatError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {out} in {time.perf_counter() - start:.1f} s ({args.size} px {args.format})")

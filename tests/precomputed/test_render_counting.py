@@ -94,3 +94,14 @@ def test_a_world_without_a_renderer_is_refused_by_name(tmp_path):
         write_clip_images(root, size=32)
     with pytest.raises(ValueError, match="no image renderer"):
         renderer_for("activity")
+
+
+def test_the_render_tool_times_and_refuses_by_the_worlds_generator(tmp_path, tool, capsys):
+    counting = make_synthetic(tmp_path / "c", generator="counting", num_train=4, num_dev=2,
+                              num_test=2, regions=4, feature_dim=8)  # fmt: skip
+    assert tool("render_synthetic").main(["--root", str(counting), "--time", "4"]) == 0
+    assert "4 scenes at 64 px" in capsys.readouterr().out
+    activity = make_synthetic(tmp_path / "a", generator="activity", num_train=4, num_dev=2,
+                              num_test=2, regions=4, feature_dim=8)  # fmt: skip
+    assert tool("render_synthetic").main(["--root", str(activity)]) == 2
+    assert "activity generator has no image renderer" in capsys.readouterr().err
