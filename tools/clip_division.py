@@ -27,7 +27,7 @@ import torch
 
 from precomputed.split import NoiseSpec, training_noise
 from precomputed.synthetic import CAPTIONS_PER_IMAGE
-from precomputed.synthetic.renderers import renderer_for
+from precomputed.synthetic.render import renderer_for
 from ugncl.backbones.clip.adapter import build_clip
 from ugncl.backbones.clip.loading import WeightsError
 from ugncl.backbones.clip.models import TINY_MODEL

@@ -19,8 +19,7 @@ from pathlib import Path
 from precomputed.errors import UserError
 from precomputed.synthetic import DATASET_NAME, make_synthetic
 from precomputed.synthetic.generators import GENERATORS
-from precomputed.synthetic.render import CLIP_DATASET_NAME, write_clip_images
-from precomputed.synthetic.renderers import RENDERERS
+from precomputed.synthetic.render import CLIP_DATASET_NAME, RENDERERS, write_clip_images
 from precomputed.synthetic.writer import redraw_nuisance
 from ugncl.run.cli import check_writable, cli_main
 

@@ -4,7 +4,7 @@
 
 Draws a pool of scenes from the synthetic world's generators on a stream disjoint from the
 train/dev/test splits (scenes equal to a split scene are redrawn), renders them with
-the world's renderer (``precomputed.synthetic.renderers``), trains ``ugncl-tiny`` with
+the world's renderer (``precomputed.synthetic.render.renderer_for``), trains ``ugncl-tiny`` with
 symmetric InfoNCE, writes the local pretrained checkpoint the synthetic CLIP configs point at
 (``<data>/clip/ugncl-tiny-pretrained.pt``, weights_only-loadable) with a ``.json`` record
 beside it, and prints the record: pool, steps, wall time, pairs/s and the zero-shot retrieval
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from precomputed.synthetic.renderers import renderer_for
+from precomputed.synthetic.render import renderer_for
 from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
 from ugncl.backbones.clip.loading import WeightsError
 from ugncl.backbones.clip.models import TINY_MODEL

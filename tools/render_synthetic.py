@@ -18,9 +18,9 @@ from precomputed.synthetic.render import (
     CLIP_DATASET_NAME,
     IMAGE_FORMATS,
     read_scenes,
+    renderer_for,
     write_clip_images,
 )
-from precomputed.synthetic.renderers import renderer_for
 from precomputed.synthetic.world import read_world_settings
 from ugncl.run.cli import check_writable, cli_main
 

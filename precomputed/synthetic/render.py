@@ -22,40 +22,34 @@ the NPC release, so the references' loaders read it too.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import numpy as np
 from PIL import Image, ImageDraw
 
 from .._io import atomic_open
 from ..errors import DataFormatError, DataNotFoundError
+from .glyphs import GLYPHS, draw_glyph, record_rng
+from .render_counting import render_counting_scene
 from .world import CATEGORIES, COLOURS, POSITIONS, SCENE_TYPES, SIZES, read_world_settings
 
 __all__ = [
     "CLIP_DATASET_NAME",
     "GLYPHS",
+    "RENDERERS",
     "SPLITS",
-    "draw_glyph",
     "image_file_name",
     "render_scene",
     "render_scenes",
+    "renderer_for",
     "write_clip_images",
 ]
 
 CLIP_DATASET_NAME = "synthetic_clip"
 SPLITS = ("train", "dev", "test")
 IMAGE_FORMATS = {"png": "PNG", "jpg": "JPEG"}
-
-COLOUR_RGB = {
-    "red": (220, 30, 30), "blue": (30, 70, 220), "green": (30, 160, 50),
-    "yellow": (245, 220, 30), "black": (15, 15, 15), "white": (250, 250, 250),
-    "brown": (130, 80, 30), "orange": (250, 140, 20), "pink": (250, 150, 200),
-    "purple": (140, 40, 180), "gray": (110, 110, 110), "silver": (195, 200, 210),
-}  # fmt: skip
 
 # Background per scene type: (upper colour, lower colour, horizon as a fraction of the height,
 # stripe pattern of the lower part: None, "h" horizontal or "v" vertical).
@@ -76,65 +70,6 @@ BACKGROUNDS = {
     "snow": ((200, 215, 230), (245, 245, 250), 0.45, None),
 }
 
-# Glyph per category: primitives in the unit box of the object (x right, y down).
-# ("e", box) ellipse, ("r", box) rectangle, ("p", points) polygon; a trailing "d" draws the
-# part in a darkened shade of the object colour (wheels, trunks, heads) so parts stay apart.
-GLYPHS: dict[str, tuple[tuple, ...]] = {
-    "dog": (("e", (0.1, 0.35, 0.75, 0.75)), ("e", (0.6, 0.15, 0.95, 0.5), "d"),
-            ("r", (0.15, 0.7, 0.25, 1.0)), ("r", (0.6, 0.7, 0.7, 1.0))),
-    "cat": (("e", (0.15, 0.4, 0.85, 0.95)), ("p", ((0.25, 0.45), (0.35, 0.05), (0.5, 0.4))),
-            ("p", ((0.5, 0.4), (0.65, 0.05), (0.75, 0.45)))),
-    "man": (("e", (0.35, 0.0, 0.65, 0.3), "d"), ("r", (0.3, 0.3, 0.7, 0.7)),
-            ("r", (0.3, 0.7, 0.45, 1.0)), ("r", (0.55, 0.7, 0.7, 1.0))),
-    "woman": (("e", (0.35, 0.0, 0.65, 0.3), "d"), ("p", ((0.5, 0.3), (0.15, 1.0), (0.85, 1.0)))),
-    "boy": (("e", (0.3, 0.2, 0.7, 0.5), "d"), ("r", (0.3, 0.5, 0.7, 1.0))),
-    "girl": (("e", (0.3, 0.2, 0.7, 0.5), "d"), ("p", ((0.5, 0.5), (0.2, 1.0), (0.8, 1.0)))),
-    "horse": (("r", (0.1, 0.3, 0.8, 0.65)), ("p", ((0.7, 0.35), (0.95, 0.0), (1.0, 0.2))),
-              ("r", (0.12, 0.65, 0.22, 1.0), "d"), ("r", (0.65, 0.65, 0.75, 1.0), "d")),
-    "bird": (("e", (0.2, 0.35, 0.8, 0.75)), ("p", ((0.35, 0.5), (0.6, 0.0), (0.7, 0.5)), "d"),
-             ("p", ((0.8, 0.5), (1.0, 0.55), (0.8, 0.62)))),
-    "car": (("r", (0.0, 0.4, 1.0, 0.8)), ("r", (0.2, 0.15, 0.75, 0.4)),
-            ("e", (0.1, 0.7, 0.35, 0.95), "d"), ("e", (0.65, 0.7, 0.9, 0.95), "d")),
-    "bicycle": (("e", (0.0, 0.45, 0.4, 0.95), "d"), ("e", (0.6, 0.45, 1.0, 0.95), "d"),
-                ("p", ((0.2, 0.7), (0.5, 0.3), (0.8, 0.7)))),
-    "ball": (("e", (0.1, 0.1, 0.9, 0.9)),),
-    "umbrella": (("p", ((0.0, 0.45), (0.5, 0.0), (1.0, 0.45))), ("r", (0.46, 0.45, 0.54, 1.0),
-                                                                   "d")),
-    "chair": (("r", (0.2, 0.0, 0.35, 1.0)), ("r", (0.2, 0.5, 0.8, 0.6)),
-              ("r", (0.7, 0.6, 0.8, 1.0))),
-    "table": (("r", (0.0, 0.3, 1.0, 0.45)), ("r", (0.1, 0.45, 0.2, 1.0), "d"),
-              ("r", (0.8, 0.45, 0.9, 1.0), "d")),
-    "boat": (("p", ((0.0, 0.6), (1.0, 0.6), (0.8, 0.9), (0.2, 0.9))),
-             ("p", ((0.5, 0.0), (0.5, 0.55), (0.85, 0.55)), "d")),
-    "bench": (("r", (0.0, 0.35, 1.0, 0.5)), ("r", (0.0, 0.55, 1.0, 0.65)),
-              ("r", (0.1, 0.65, 0.2, 1.0), "d"), ("r", (0.8, 0.65, 0.9, 1.0), "d")),
-    "kite": (("p", ((0.5, 0.0), (0.9, 0.4), (0.5, 1.0), (0.1, 0.4))),),
-    "tree": (("p", ((0.5, 0.0), (0.95, 0.7), (0.05, 0.7))), ("r", (0.4, 0.7, 0.6, 1.0), "d")),
-    "cow": (("r", (0.05, 0.3, 0.8, 0.7)), ("r", (0.75, 0.2, 1.0, 0.5), "d"),
-            ("r", (0.1, 0.7, 0.2, 1.0)), ("r", (0.6, 0.7, 0.7, 1.0))),
-    "bus": (("r", (0.0, 0.1, 1.0, 0.8)), ("r", (0.1, 0.2, 0.9, 0.4), "d"),
-            ("e", (0.1, 0.7, 0.3, 0.95), "d"), ("e", (0.7, 0.7, 0.9, 0.95), "d")),
-    "guitar": (("e", (0.25, 0.45, 0.75, 1.0)), ("r", (0.45, 0.0, 0.55, 0.5), "d")),
-    "hat": (("r", (0.0, 0.7, 1.0, 0.85)), ("r", (0.25, 0.2, 0.75, 0.7))),
-    "bag": (("r", (0.1, 0.35, 0.9, 1.0)), ("e", (0.3, 0.05, 0.7, 0.5), "d")),
-    "lamp": (("p", ((0.3, 0.0), (0.7, 0.0), (0.9, 0.4), (0.1, 0.4))),
-             ("r", (0.45, 0.4, 0.55, 0.9), "d"), ("r", (0.25, 0.9, 0.75, 1.0), "d")),
-    "cup": (("p", ((0.1, 0.1), (0.7, 0.1), (0.6, 0.95), (0.2, 0.95))),
-            ("e", (0.6, 0.3, 0.95, 0.65), "d")),
-    "bottle": (("r", (0.3, 0.35, 0.7, 1.0)), ("r", (0.42, 0.0, 0.58, 0.35))),
-    "book": (("r", (0.05, 0.15, 0.95, 0.85)), ("r", (0.47, 0.15, 0.53, 0.85), "d")),
-    "clock": (("e", (0.05, 0.05, 0.95, 0.95)), ("r", (0.47, 0.2, 0.53, 0.5), "d"),
-              ("r", (0.5, 0.47, 0.75, 0.53), "d")),
-    "sign": (("p", ((0.3, 0.0), (0.7, 0.0), (1.0, 0.3), (1.0, 0.6), (0.7, 0.6), (0.3, 0.6),
-                    (0.0, 0.6), (0.0, 0.3))), ("r", (0.45, 0.6, 0.55, 1.0), "d")),
-    "plant": (("r", (0.3, 0.65, 0.7, 1.0), "d"), ("e", (0.0, 0.0, 0.55, 0.7)),
-              ("e", (0.45, 0.0, 1.0, 0.7))),
-    "tent": (("p", ((0.5, 0.0), (1.0, 1.0), (0.0, 1.0))), ("p", ((0.5, 0.4), (0.65, 1.0),
-                                                                  (0.35, 1.0)), "d")),
-    "skateboard": (("r", (0.0, 0.5, 1.0, 0.65)), ("e", (0.1, 0.65, 0.3, 0.85), "d"),
-                   ("e", (0.7, 0.65, 0.9, 0.85), "d")),
-}  # fmt: skip
-
 # Object centres per position and box sides per size, as fractions of the image side.
 CENTRES = {
     "left": (0.22, 0.58), "right": (0.78, 0.58), "center": (0.5, 0.52),
@@ -142,20 +77,11 @@ CENTRES = {
 }  # fmt: skip
 SIDES = {"small": 0.2, "large": 0.36}
 _JITTER = 0.04  # max centre offset (fraction of the side), per object, from the record hash
-_OUTLINE = (20, 20, 20)
-_LIGHT_OUTLINE = (225, 225, 225)  # for black objects, which vanish on the dark stage otherwise
 
 
 def image_file_name(split: str, index: int, fmt: str = "png") -> str:
     """File name of image ``index`` of ``split``: ``{split}_{index:06d}.{fmt}``."""
     return f"{split}_{index:06d}.{fmt}"
-
-
-def _dark(rgb: tuple[int, int, int]) -> tuple[int, int, int]:
-    # Black objects get lighter parts instead, so the parts stay visible.
-    if sum(rgb) < 120:
-        return (90, 90, 90)
-    return tuple(int(c * 0.55) for c in rgb)
 
 
 @functools.lru_cache(maxsize=64)
@@ -174,12 +100,6 @@ def _background(scene_type: str, size: int) -> Image.Image:
             elif stripes == "v":
                 draw.line((k, y0, k, size), fill=shade)
     return img
-
-
-def record_rng(scene: dict) -> np.random.Generator:
-    # sha256 of the canonical JSON: stable across processes (Python's hash() is salted).
-    digest = hashlib.sha256(json.dumps(scene, sort_keys=True).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 def _check_scene(scene: dict) -> None:
@@ -236,26 +156,28 @@ def render_scene(scene: dict, size: int) -> Image.Image:
     return img
 
 
-def draw_glyph(
-    draw: ImageDraw.ImageDraw, category: str, colour: str, x0: float, y0: float, side: float
-) -> None:
-    """Draw ``category``'s glyph in ``colour`` in the square box at ``(x0, y0)`` of ``side``
-    pixels, outlined (dark, or light for black objects)."""
-    rgb = COLOUR_RGB[colour]
-    outline = _LIGHT_OUTLINE if sum(rgb) < 120 else _OUTLINE
-    for part in GLYPHS[category]:
-        kind, geom = part[0], part[1]
-        fill = _dark(rgb) if len(part) > 2 else rgb
-        if kind == "p":
-            pts = [(x0 + x * side, y0 + y * side) for x, y in geom]
-            draw.polygon(pts, fill=fill, outline=outline)
-            continue
-        box = (x0 + geom[0] * side, y0 + geom[1] * side,
-               x0 + geom[2] * side, y0 + geom[3] * side)  # fmt: skip
-        if kind == "e":
-            draw.ellipse(box, fill=fill, outline=outline)
-        else:
-            draw.rectangle(box, fill=fill, outline=outline)
+#: ``render(scene_record, size) -> PIL.Image`` per generator name (``world.json``'s
+#: ``generator``; the activity world has no renderer: its worlds have region features only).
+RENDERERS: dict[str, Callable[[dict, int], Image.Image]] = {
+    "default": render_scene,
+    "counting": render_counting_scene,
+}
+
+
+def renderer_for(generator: str | None) -> Callable[[dict, int], Image.Image]:
+    """The renderer of a world made by ``generator`` (None: the default world).
+
+    Raises:
+        ValueError: the generator's worlds have no image renderer (named, with the ones that do).
+    """
+    name = generator or "default"
+    if name not in RENDERERS:
+        raise ValueError(
+            f"the {name} generator has no image renderer; CLIP worlds exist for "
+            f"{', '.join(sorted(RENDERERS))} (make the world with --generator counting, or "
+            "without --generator)"
+        )
+    return RENDERERS[name]
 
 
 def render_scenes(scenes: Iterable[dict], size: int) -> Iterable[Image.Image]:
@@ -305,7 +227,7 @@ def write_clip_images(
     splits: tuple[str, ...] = SPLITS,
 ) -> Path:
     """Render every scene of a generated world into the CLIP layout beside its features,
-    with the renderer of the world's generator (:mod:`precomputed.synthetic.renderers`).
+    with the renderer of the world's generator (:func:`renderer_for`).
 
     Args:
         root: data root holding ``<source>/`` (``data/synthetic`` by default of
@@ -325,9 +247,6 @@ def write_clip_images(
         DataFormatError: caption and scene counts of a split disagree.
         ValueError: the world's generator has no renderer.
     """
-    # Imported here: the renderers' table imports this module's default renderer.
-    from .renderers import renderer_for
-
     if fmt not in IMAGE_FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(IMAGE_FORMATS)}, got {fmt!r}")
     src = Path(root) / source

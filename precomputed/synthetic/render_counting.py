@@ -24,7 +24,7 @@ from PIL import Image, ImageDraw
 
 from ..errors import DataFormatError
 from .generators import _C_CATEGORIES, _C_COLOURS, _C_PLACES
-from .render import draw_glyph, record_rng
+from .glyphs import draw_glyph, record_rng
 
 __all__ = ["GROUNDS", "render_counting_scene"]
 

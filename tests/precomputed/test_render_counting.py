@@ -13,9 +13,9 @@ from PIL import Image
 from precomputed.errors import DataFormatError
 from precomputed.image_layout import open_image_split
 from precomputed.synthetic import make_synthetic
-from precomputed.synthetic.render import COLOUR_RGB, write_clip_images
+from precomputed.synthetic.glyphs import COLOUR_RGB
+from precomputed.synthetic.render import renderer_for, write_clip_images
 from precomputed.synthetic.render_counting import GROUNDS, render_counting_scene
-from precomputed.synthetic.renderers import renderer_for
 
 SCENE = {
     "image_id": 0,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -107,20 +105,20 @@ def test_renderer_size_mismatch_is_named(world):
 
 
 def test_pretrain_tool_writes_a_loadable_checkpoint(world, tmp_path, tool, monkeypatch, capsys):
-    # The tool imports the real renderer lazily; the test puts the stub in its place.
-    fake = types.ModuleType("precomputed.synthetic.render")
-    fake.render_scene = stub_render
-    monkeypatch.setitem(sys.modules, "precomputed.synthetic.render", fake)
+    # The tool picks the world's renderer; the test puts the stub in its place.
+    pretrain_tool = tool("pretrain_clip")
+    picked = []
+    monkeypatch.setattr(pretrain_tool, "renderer_for", lambda g: picked.append(g) or stub_render)
     out = tmp_path / "tiny.pt"
     argv = ["--data", str(world), "--out", str(out), "--pool", "8", "--steps", "2",
             "--batch-size", "4", "--warmup", "1", "--threads", "1"]  # fmt: skip
-    assert tool("pretrain_clip").main(argv) == 0
+    assert pretrain_tool.main(argv) == 0 and picked == [None]  # the default world
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["train"]["steps"] == 2 and "rsum" in record["zero_shot"]
     model = build_clip(TINY_MODEL, pretrained=out)
     assert model.config["quick_gelu"] is False
     assert torch.load(out, weights_only=True)["pretraining"]["pool"]["images"] == 8
-    assert tool("pretrain_clip").main(["--data", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert pretrain_tool.main(["--data", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "make_synthetic" in capsys.readouterr().err
 
 
