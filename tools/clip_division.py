@@ -38,7 +38,9 @@ from ugncl.backbones.clip.pretrain import (
     render_images,
     tokenize_captions,
 )
+from ugncl.methods.noise_detection import weight_quality
 from ugncl.methods.ugncl.division import divide_batch, division_quality
+from ugncl.methods.weighted.weights import gmm_posterior
 from ugncl.run.cli import check_writable, cli_main
 
 
@@ -86,19 +88,18 @@ def divide_in_batches(
 
 
 def own_score_rules(own: np.ndarray, clean: np.ndarray) -> dict[str, float]:
-    """AUC of each pair's own cosine, the GMM's and the truth-picked threshold's noise F1."""
-    from sklearn.metrics import f1_score, roc_auc_score
-    from sklearn.mixture import GaussianMixture
+    """AUC of each pair's own cosine, the noise F1 of the package's GMM on it (SDD's rule: the
+    higher-mean component's posterior, called noisy below 0.5) and of the truth-picked
+    threshold."""
+    from sklearn.metrics import f1_score
 
-    gmm = GaussianMixture(2, random_state=0).fit(own[:, None])
-    clean_posterior = gmm.predict_proba(own[:, None])[:, int(np.argmax(gmm.means_.ravel()))]
     noisy = ~clean
     best = max(
         f1_score(noisy, own < t) for t in np.quantile(own, np.linspace(0.02, 0.98, 97))
     )  # fmt: skip
     return {
-        "auc_own_cosine": float(roc_auc_score(clean, own)),
-        "gmm_f1": float(f1_score(noisy, clean_posterior < 0.5)),
+        "auc_own_cosine": float(weight_quality(own, clean)["weight_auc"]),
+        "gmm_f1": float(f1_score(noisy, gmm_posterior(own, "high") < 0.5)),
         "best_threshold_f1": float(best),
     }
 
