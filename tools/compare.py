@@ -66,6 +66,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from precomputed.errors import InvalidSettingError
 from ugncl.core.engine.recorder import read_metrics, setup_logging
@@ -82,6 +83,9 @@ from ugncl.run.compare import (
 )
 from ugncl.run.compare_claims import load_query_hits
 from ugncl.run.config import load_config
+
+if TYPE_CHECKING:
+    from ugncl.run.compare_grid import PlanSize
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
 
@@ -148,6 +152,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seeds (grid default 0; --plan: the plan's, 0 1 or 0 1 2 with full)",
     )
     parser.add_argument(
+        "--ratios",
+        nargs="+",
+        type=float,
+        default=None,
+        metavar="RATIO",
+        help="with --plan: these noise ratios instead of the plan's (e.g. --ratios 0.2; the "
+        "clean rows train once at 0%%); the default folder is then runs/compare-n20...",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="grid or plan folder (default runs/compare); over run folders: write the report "
@@ -166,6 +179,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("pass run directories to read, --cfg CONFIG [...] to train a grid, or --plan")
     if args.estimate is not None and (not args.plan or not args.estimate > 0):
         parser.error("--estimate STEP_SECONDS needs --plan and a positive number of seconds")
+    if args.ratios is not None and not args.plan:
+        parser.error("--ratios needs --plan (a grid's ratio is a --set data.noise_ratio)")
+    if args.ratios is not None and not all(0.0 < r < 1.0 for r in args.ratios):
+        parser.error(f"--ratios {args.ratios}: each noise ratio must lie strictly between 0 and 1")
     if args.out is None and not args.runs:
         args.out = "runs/compare"
     return args
@@ -238,15 +255,24 @@ def stand_in_path(root: Path) -> Path:
     return root / "clip" / f"{TINY_MODEL}-{steps}steps-pool{POOL_SIZE}.pt"
 
 
-def print_estimate(args: argparse.Namespace) -> int:
-    """The plan's estimated wall time (:func:`ugncl.run.compare_grid.estimate_seconds`) for
-    the reference step time ``--estimate``, with the CLIP track as if the world had it."""
-    from ugncl.run.compare_grid import PLANS, default_plan, estimate_seconds
+def plan_size(args: argparse.Namespace) -> PlanSize:
+    """The plan's :class:`PlanSize` with ``--seeds`` and ``--ratios`` applied."""
+    from ugncl.run.compare_grid import PLANS
 
     size = PLANS[args.plan]
     if args.seeds:
         size = dataclasses.replace(size, seeds=tuple(args.seeds))
-    cells = default_plan(world_root(args.world), "clip.pt", size)
+    if args.ratios:
+        size = dataclasses.replace(size, ratios=tuple(args.ratios))
+    return size
+
+
+def print_estimate(args: argparse.Namespace) -> int:
+    """The plan's estimated wall time (:func:`ugncl.run.compare_grid.estimate_seconds`) for
+    the reference step time ``--estimate``, with the CLIP track as if the world had it."""
+    from ugncl.run.compare_grid import default_plan, estimate_seconds
+
+    cells = default_plan(world_root(args.world), "clip.pt", plan_size(args))
     seconds = estimate_seconds(cells, args.estimate, args.jobs)
     print(f"plan {args.plan}: {len(cells)} cells, about {seconds / 60:.0f} min with "
           f"--jobs {args.jobs} at a reference step of {args.estimate} s (the world and the CLIP "
@@ -265,12 +291,12 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         weights = stand_in_path(world) if (world / "synthetic_clip").is_dir() else None
     else:
         world, weights = ensure_world(args.world)
+    size = plan_size(args)
     if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name
         args.out += "" if args.plan == "default" else f"-{args.plan}"
         args.out += f"-{world.name}" if args.world else ""
-    size = PLANS[args.plan]
-    if args.seeds:
-        size = dataclasses.replace(size, seeds=tuple(args.seeds))
+        if size.ratios != PLANS[args.plan].ratios:  # the plan's own report stays as it is
+            args.out += "-" + "-".join(f"n{round(r * 100):02d}" for r in size.ratios)
     cells = default_plan(world, weights, size)
     if args.backbone:  # one track of the plan: e.g. the CLIP rows on a second CLIP world
         cells = [c for c in cells if c.backbone == args.backbone]
@@ -292,6 +318,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     failed = [f"- {name}: {what}" for name, what in status.items() if what != "done"]
     notes = [
         f"`python tools/compare.py --plan {args.plan} --jobs {args.jobs}"
+        + (f" --ratios {' '.join(str(r) for r in args.ratios)}" if args.ratios else "")
         + (f' --world "{args.world}"' if args.world else "")
         + (f" --backbone {args.backbone}" if args.backbone else "")
         + "`",

@@ -365,3 +365,21 @@ def test_plan_estimate(compare, capsys) -> None:
     assert capsys.readouterr().out.startswith("plan quick: ")
     with pytest.raises(SystemExit):
         compare(["--plan", "quick", "--estimate", "-1"])
+
+
+def test_plan_ratios_replace_the_plans_and_keep_its_report(compare, tool, capsys) -> None:
+    """``--ratios`` trains the plan at other noise ratios (its clean rows once, at 0%), in a
+    folder of its own, so the plan's report (what the README's results are written from)
+    keeps its own ratios."""
+    from ugncl.run.compare_grid import default_plan
+
+    module = tool("compare")
+    args = module.parse_args(["--plan", "default", "--ratios", "0.2", "--seeds", "1"])
+    size = module.plan_size(args)
+    assert size.ratios == (0.2,) and size.seeds == (1,) and size.train_images == 400
+    ratios = {c.noise_ratio for c in default_plan(Path("world"), Path("clip.pt"), size)}
+    assert ratios == {0.0, 0.2}
+    for bad in (["--ratios", "0.2"], ["--plan", "quick", "--ratios", "0.0"]):
+        with pytest.raises(SystemExit):
+            compare(bad)
+        assert "--ratios" in capsys.readouterr().err
