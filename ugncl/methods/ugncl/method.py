@@ -47,6 +47,8 @@ from ugncl.methods.ugncl.schedule import START_MODES, DivisionSchedule
 
 XI2_TIMES_K = 0.8 * 128  # the paper's xi2 at its batch of 128 (Eq. 18)
 DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses stream 0)
+# RNG stream of the agreed start's second batching of epoch 0 (no warm-up epoch before it).
+REFERENCE_STREAM = 2
 
 
 @dataclass
@@ -367,6 +369,13 @@ class UGNCLMethod(Method):
         lam = self._division_lambda(self.hardness(batch_size, ctx.global_step, epoch))
         if ctx.prefilter is not None and self.config.division_source == "model":
             return self._prefilter_epoch(ctx, lam)  # the truth diagnostic ignores it
+        if self.config.division_source == "model" and self.schedule.wants_batching_reference(
+            epoch, ctx.warmup_epochs
+        ):
+            reference = self._divide_with_model(
+                ctx, epoch, batch_size, lam, stream=REFERENCE_STREAM
+            )
+            self.schedule.decide(-1, reference.sets, ctx.global_step)  # kept as the previous
         self.division = self._new_division(ctx, epoch, batch_size, lam)
         record = {**division_quality(self.division.sets, ctx.clean), "division_lambda": lam}
         record.update(
@@ -405,13 +414,14 @@ class UGNCLMethod(Method):
         batch_size: int,
         lam: int,
         indices: np.ndarray | None = None,
+        stream: int = DIVISION_STREAM,
     ) -> DivisionResult:
         """The uncertainty-guided division pass (Eqs. 4-11) over the whole training set (or
-        only ``indices``; the others stay unvisited)."""
+        only ``indices``; the others stay unvisited), its batches in ``stream``'s order."""
         model = ctx.model
         accumulator = DivisionAccumulator(ctx.num_samples)
         with eval_mode(model):
-            batches = ctx.batches(epoch, batch_size, stream=DIVISION_STREAM, indices=indices)
+            batches = ctx.batches(epoch, batch_size, stream=stream, indices=indices)
             for batch in batches:
                 batch = batch.to(ctx.device)
                 with ctx.autocast():

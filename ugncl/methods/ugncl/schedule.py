@@ -10,7 +10,9 @@ warm-up objective:
 
 - ``fixed`` (paper): from ``train.warmup_epochs`` on;
 - ``agreed``: once two consecutive divisions agree (Cohen's kappa of the noisy calls >=
-  ``agreement``), at the latest ``max_wait`` epochs after the warm-up;
+  ``agreement``), at the latest ``max_wait`` epochs after the warm-up. Without a warm-up
+  epoch (a pretrained backbone) the first division's reference is a second division of the
+  same model in another batch order (:meth:`DivisionSchedule.wants_batching_reference`);
 - ``separated``: once the soft labels' two modes separate (Ashman's D >= ``separation``, or D
   fell since the previous epoch start).
 
@@ -78,6 +80,21 @@ class DivisionSchedule:
             self.labels.clear()
             return False
         return True
+
+    def wants_batching_reference(self, epoch: int, warmup_epochs: int) -> bool:
+        """Whether epoch ``epoch``'s division needs a reference made now, in another batch
+        order: ``agreed``, not started, no earlier division to compare with, and no warm-up
+        epoch before it (``warmup_epochs == 0``: a pretrained backbone such as CLIP starts
+        dividing at epoch 0, where the last-warm-up reference does not exist).
+
+        Two batchings of one model disagree where a pair's call is the luck of its batch's
+        rivals (a model that does not rank yet), and agree where the model ranks: the
+        question the epoch-to-epoch agreement asks, answered without spending an epoch on
+        the warm-up objective, which on a 2-epoch CLIP fine-tune would be the whole run."""
+        return (
+            self.start == "agreed" and not self.started and self.previous_sets is None
+            and warmup_epochs == 0 and epoch == 0
+        )  # fmt: skip
 
     def start_now(self, global_step: int) -> None:
         """Start (or keep) the division now: an epoch on the pre-filter's selection."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ugncl.methods.ugncl.division import HARD_CLEAN, HARD_NOISY, NOISY, UNVISITED, DivisionResult
-from ugncl.methods.ugncl.method import UGNCLMethod
+from ugncl.methods.ugncl.method import DIVISION_STREAM, REFERENCE_STREAM, UGNCLMethod
 from ugncl.methods.ugncl.start import (
     division_agreement,
     label_logits,
@@ -166,6 +166,42 @@ def test_agreed_start_waits_for_two_divisions_that_repeat(monkeypatch) -> None:
         np.where(rng.random(n) < 0.5, 0.1, 0.9).astype(np.float32)))  # fmt: skip
     capped.on_epoch_start(ctx, 1)
     assert capped.on_epoch_start(ctx, 2)["dividing"] is True
+
+
+@pytest.mark.parametrize("ranks", [True, False])
+def test_agreed_start_without_warm_up_compares_two_batchings_of_epoch_0(monkeypatch, ranks):
+    """No warm-up epoch (a pretrained backbone): epoch 0 divides twice, the reference in
+    another batch order; the division starts at once where the two agree (a model that
+    ranks) and is deferred where they disagree (calls by the luck of the batch)."""
+    rng = np.random.default_rng(3)
+    n = 400
+    truth = rng.random(n) < 0.5
+    streams: list[int] = []
+
+    def divide(ctx, epoch, batch_size, lam, indices=None, stream=DIVISION_STREAM):
+        streams.append(stream)
+        calls = truth if ranks else rng.random(n) < 0.5
+        return _division(np.where(calls, 0.1, 0.9).astype(np.float32))
+
+    method = UGNCLMethod(division_pass="separate", division_start="agreed", start_agreement=0.5)
+    monkeypatch.setattr(method, "_divide_with_model", divide)
+    ctx = SimpleNamespace(warmup_epochs=0, batch_size=32, global_step=0, prefilter=None,
+                          clean=~truth, num_samples=n)  # fmt: skip
+    record = method.on_epoch_start(ctx, 0)
+    assert streams == [REFERENCE_STREAM, DIVISION_STREAM]
+    assert record["dividing"] is ranks and method.schedule.deferred is not ranks
+    if ranks:
+        assert record["start_agreement"] == pytest.approx(1.0)
+    else:
+        assert abs(record["start_agreement"]) < 0.2
+    method.on_epoch_start(ctx, 1)  # later epochs compare with the previous epoch only
+    assert streams == [REFERENCE_STREAM, DIVISION_STREAM, DIVISION_STREAM]
+
+    warm = UGNCLMethod(division_pass="separate", division_start="agreed")
+    monkeypatch.setattr(warm, "_divide_with_model", divide)
+    streams.clear()
+    warm.on_epoch_start(SimpleNamespace(**{**vars(ctx), "warmup_epochs": 2}), 1)
+    assert streams == [DIVISION_STREAM]  # the last warm-up epoch is the reference there
 
 
 @pytest.mark.parametrize(
