@@ -281,7 +281,14 @@ def print_estimate(args: argparse.Namespace) -> int:
 
 
 def run_plan_and_report(args: argparse.Namespace) -> int:
-    from ugncl.run.compare_grid import PLANS, cell_state, default_plan, plan_rows, run_plan
+    from ugncl.run.compare_grid import (
+        PLANS,
+        cell_state,
+        default_plan,
+        plan_rows,
+        ratio_tag,
+        run_plan,
+    )
     from ugncl.run.compare_report import write_report
 
     if args.estimate is not None:
@@ -296,7 +303,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         args.out += "" if args.plan == "default" else f"-{args.plan}"
         args.out += f"-{world.name}" if args.world else ""
         if size.ratios != PLANS[args.plan].ratios:  # the plan's own report stays as it is
-            args.out += "-" + "-".join(f"n{round(r * 100):02d}" for r in size.ratios)
+            args.out += "-" + "-".join(ratio_tag(r) for r in size.ratios)
     cells = default_plan(world, weights, size)
     if args.backbone:  # one track of the plan: e.g. the CLIP rows on a second CLIP world
         cells = [c for c in cells if c.backbone == args.backbone]

@@ -153,7 +153,8 @@ SGRAF_NEEDS: dict[str, tuple[bool, tuple[str, ...]]] = {
 CONFIGS = REPO / "configs"
 
 
-def _pct(ratio: float) -> str:
+def ratio_tag(ratio: float) -> str:
+    """A noise ratio in a cell or folder name: ``0.2`` -> ``n20``."""
     return f"n{round(ratio * 100):02d}"
 
 
@@ -196,7 +197,7 @@ class _CellMaker:
 
     def __init__(self, cells: list[Cell], world: str, ratio: float, seed: int, size: PlanSize):
         self.cells, self.ratio, self.seed = cells, ratio, seed
-        self.tag = f"{_pct(ratio)}-s{seed}"
+        self.tag = f"{ratio_tag(ratio)}-s{seed}"
         self.common = (f"data.root={world}", f"data.train_images={size.train_images}",
                        f"data.noise_ratio={ratio}", "data.noise_seed=0", f"train.seed={seed}",
                        f"train.batch_size={size.batch_size}", "train.threads=1",
