@@ -120,12 +120,20 @@ def _sync(device: torch.device) -> None:
 
 
 def _guard(section: str, case: str, fn: Callable[..., Row], *args: Any) -> Row:
-    """Run one check; an exception becomes a FAIL row with its last line (the table goes on)."""
+    """Run one check; an exception becomes a FAIL row with its last line (the table goes on).
+    Each row is also printed to stderr as it finishes, so a run stopped by a time limit still
+    leaves the rows it measured."""
+    t0 = time.perf_counter()
     try:
-        return fn(*args)
+        row = fn(*args)
     except Exception as err:  # a failing cell is a result of the check, not a crash of it
         last = traceback.format_exception_only(type(err), err)[-1].strip()
-        return Row(section, case, "FAIL", note=last[:160])
+        row = Row(section, case, "FAIL", note=last[:160])
+    value = "" if row.value is None else f"{row.value:,.1f} {row.unit}"
+    took = time.perf_counter() - t0
+    print(f"gpu_check: {row.section} | {row.case} | {row.status} | {value} | {row.peak} | "
+          f"{row.note} ({took:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+    return row
 
 
 # ----------------------------------------------------------------------------- world
@@ -389,8 +397,9 @@ def loop_config(method: str, world: Path, args) -> Any:
     return load_config("clip_synthetic", sets)[0]
 
 
-def build_trainer(config: Any, out: Path, device: torch.device) -> Any:
-    """The run's data, model, method (set up) and trainer, as ``tools/train.py`` builds them."""
+def build_trainer(config: Any, out: Path, device: torch.device, compile: bool = False) -> Any:
+    """The run's data, model, method (set up) and trainer, as ``tools/train.py`` builds them
+    (``compile``: the trainer's ``train.compile`` switch)."""
     from ugncl.backbones.registry import REGISTRY_SERVICES
     from ugncl.core.engine.device import select_precision
     from ugncl.core.engine.trainer import Trainer
@@ -417,7 +426,7 @@ def build_trainer(config: Any, out: Path, device: torch.device) -> Any:
         evaluator=None, run_dir=out, recorder=NullRecorder(), device=device,
         precision=select_precision("auto", device), seed=0, epochs=1,
         batch_size=config.train.batch_size, grad_clip=config.train.grad_clip,
-        num_workers=config.data.num_workers,
+        num_workers=config.data.num_workers, compile=compile,
     )  # fmt: skip
     method.setup(trainer.context())
     return trainer
@@ -430,7 +439,7 @@ def loop_clip(method: str, world: Path, args, reference_ms: dict[str, float]) ->
     config = loop_config(method, world, args)
     _peak_reset(device)
     with tempfile.TemporaryDirectory() as out:
-        trainer = build_trainer(config, Path(out), device)
+        trainer = build_trainer(config, Path(out), device, compile=args.compile)
         timed = timed_loop(trainer, args.loop_steps, warm=args.loop_warm)
     batch = config.train.batch_size
     pairs_s = 1000 * batch / timed["ms_per_step"]
@@ -448,7 +457,8 @@ def loop_clip(method: str, world: Path, args, reference_ms: dict[str, float]) ->
         verdict = _verdict(args, cost <= GOAL_NPC_COST) if method == "npc" else ""
     else:
         goal, verdict = "", ""
-    return Row("loop", f"{method} x clip {name} (batch {batch})", "ok", pairs_s, "pairs/s",
+    return Row("loop", f"{method} x clip {name} (batch {batch}){_compiled(args)}", "ok", pairs_s,
+               "pairs/s",
                note, goal, verdict, _peak(device))  # fmt: skip
 
 
@@ -481,7 +491,7 @@ def loop_ugncl_sgraf(root: Path, args) -> Row:
     _peak_reset(device)
     gen = torch.Generator().manual_seed(0)
     with tempfile.TemporaryDirectory() as out:
-        trainer = build_trainer(config, Path(out), device)
+        trainer = build_trainer(config, Path(out), device, compile=args.compile)
         n = trainer.data.num_samples
         bench._divided(trainer.method, n, 0)
         batches = []
@@ -513,7 +523,7 @@ def loop_ugncl_sgraf(root: Path, args) -> Row:
         _sync(device)
     ms = 1000 * (time.perf_counter() - t0) / args.loop_steps
     mean_len = float(torch.cat([b.lengths.float() for b in batches]).mean())
-    return Row("loop", f"ugncl x sgraf W=2 (batch {batch})", "ok", ms, "ms/step",
+    return Row("loop", f"ugncl x sgraf W=2 (batch {batch}){_compiled(args)}", "ok", ms, "ms/step",
                f"{args.loop_steps} steps, tokens/caption {mean_len:.1f}, loss {loss:.4g}",
                f"<= {GOAL_UGNCL_MS:g} ms/step", _verdict(args, ms <= GOAL_UGNCL_MS),
                _peak(device))  # fmt: skip
@@ -698,6 +708,11 @@ def bench_clip(args) -> Row:
                f"{1000 * seconds:.0f} ms/step")  # fmt: skip
 
 
+def _compiled(args) -> str:
+    """The case-name suffix of a loop row trained through torch.compile (``--compile``)."""
+    return ", compiled" if args.compile else ""
+
+
 def _time_steps(step: Callable[[], None], device: torch.device, steps: int) -> float:
     """Mean seconds per call after one warm-up call."""
     step()
@@ -804,6 +819,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     loop_methods = [m for m in LOOP_METHODS if m in methods]
     parser.add_argument("--loop-methods", nargs="+", default=loop_methods, choices=methods,
                         help="methods of the CLIP loop rows (clip: the reference)")  # fmt: skip
+    parser.add_argument("--compile", action="store_true",
+                        help="the training loop rows through torch.compile (train.compile); "
+                             "compilation falls in the untimed --loop-warm steps")  # fmt: skip
     parser.add_argument("--loop-steps", type=int, default=None, help="timed real-loop steps")
     parser.add_argument("--loop-warm", type=int, default=None, help="untimed steps first")
     parser.add_argument("--loop-images", type=int, default=None, help="JPEGs of the loop world")

@@ -121,3 +121,25 @@ def test_verdicts_json_file_and_bad_sizes(tool, tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         gc.main(["--device", "cpu", "--loop-steps", "0"])
     assert exit_.value.code == 2 and "--loop-steps" in capsys.readouterr().err
+
+
+def test_compile_runs_the_loop_rows_through_torch_compile(tool, tmp_path, monkeypatch) -> None:
+    """``--compile``: the loop rows train through ``torch.compile`` (here its ``aot_eager``
+    backend, which keeps code generation out of the test) and say so in their case name."""
+    import functools
+
+    calls = []
+    real = torch.compile
+
+    def spy(model, **kwargs):
+        calls.append(type(model).__name__)
+        return functools.partial(real, backend="aot_eager")(model, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", spy)
+    gc = tool("gpu_check")
+    args = gc.parse_args(["--device", "cpu", "--quick", "--compile"])
+    row = gc.loop_ugncl_sgraf(tmp_path, args)
+    assert row.status == "ok" and row.case == "ugncl x sgraf W=2 (batch 16), compiled"
+    assert calls, "the trainer did not compile its model"
+    plain = gc.parse_args(["--device", "cpu", "--quick"])
+    assert not plain.compile and gc._compiled(plain) == ""
