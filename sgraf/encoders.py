@@ -116,6 +116,11 @@ class TextEncoder(nn.Module):
         packed = pack_padded_sequence(
             x.index_select(0, moved[0]), sorted_len, batch_first=True, enforce_sorted=True
         )
+        # A deep copy (NPC's and SDD's siamese copy, OSA's estimator) or a state loaded by
+        # assignment leaves cuDNN's weights in separate chunks, which the GRU then compacts
+        # on every call (a warning on CUDA, seen in the GPU check); re-flattening is a check
+        # of pointers when they are already one chunk, and a no-op off CUDA.
+        self.cap_rnn.flatten_parameters()
         hidden, _ = self.cap_rnn(packed)
         hidden, _ = pad_packed_sequence(hidden, batch_first=True, total_length=max_len)
         hidden = hidden.index_select(0, moved[1])

@@ -186,7 +186,9 @@ class Method(nn.Module):
         """A picklable ``batch sample indices (K,) -> sample indices (M,)`` naming the
         training samples a step will need beside its batch (e.g. memory-bank pairs), or None.
         The training loader decodes them with the batch, in its workers, and hands them to the
-        step as ``StepContext.extra``; asked once per epoch, after ``on_epoch_start``."""
+        step as ``StepContext.extra``; asked once per epoch, after ``on_epoch_start``.
+        Return the same object while the samples it names stay the same: the trainer keeps
+        that loader and its workers across epochs, and builds a new one for a new object."""
         return None
 
     def on_epoch_end(self, ctx: MethodContext, epoch: int) -> dict[str, Any] | None:

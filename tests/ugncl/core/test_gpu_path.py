@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -118,6 +119,30 @@ def test_the_trainer_builds_one_loader_and_feeds_it_each_epochs_batches(tiny_wor
     assert first is second and batches0 != batches1
     seen = [b.index.tolist() for b in second]
     assert seen == batches1
+
+
+class _Partner:
+    """An extra-samples function (Method.prefetch_samples): each index's neighbour."""
+
+    def __call__(self, index):
+        return (np.asarray(index) + 1) % 8
+
+
+def test_the_loader_with_extra_samples_is_kept_while_its_function_is(tiny_world, tmp_path):
+    """NPC's and SDD's loader (batches plus bank samples) keeps its workers across epochs
+    while the method hands out the same function; a new function gets a new loader."""
+    trainer = _trainer(tiny_world, tmp_path / "run")
+    trainer.num_workers = 1
+    extra = _Partner()
+    first, batches0 = trainer._training_batches(0, None, extra)
+    seen0 = [(b.index.tolist(), more.index.tolist()) for b, more in first]
+    second, batches1 = trainer._training_batches(1, None, extra)
+    seen1 = [(b.index.tolist(), more.index.tolist()) for b, more in second]
+    assert first is second and first.persistent_workers and batches0 != batches1
+    for seen, batches in ((seen0, batches0), (seen1, batches1)):
+        assert seen == [(b, [(i + 1) % 8 for i in b]) for b in batches]
+    third, _ = trainer._training_batches(2, None, _Partner())
+    assert third is not second
 
 
 def test_eval_precision_bf16_ranks_near_fp32_and_tf32_is_fp32_off_cuda(tiny_world) -> None:

@@ -103,33 +103,41 @@ def _as_is(item: Any) -> Any:
 
 
 class _WithExtra(torch.utils.data.Dataset):
-    """Batch ``b`` of the training data with the samples ``extra(indices)`` asked for beside
-    it, both collated where the loader runs (its workers): a memory bank's pairs are decoded
-    there, not in the main process at every step."""
+    """A batch of the training data with the samples ``extra(indices)`` asked for beside it,
+    both collated where the loader runs (its workers): a memory bank's pairs are decoded
+    there, not in the main process at every step.
 
-    def __init__(
-        self,
-        data: TrainingData,
-        batches: list[list[int]],
-        extra: Callable[[np.ndarray], Any],
-        asking: list[list[int]] | None = None,
-    ) -> None:
-        """``asking[b]``: the indices whose extra samples batch ``b`` brings (default the
-        batch's own; a gathered method's rank asks for its global batch's)."""
-        self.data, self.batches, self.extra = data, batches, extra
-        self.asking = batches if asking is None else asking
+    Its items are keyed by ``(batch indices, asking indices)`` pairs that the sampler
+    (:class:`_ExtraItems`) hands out each epoch, so the dataset holds no per-epoch state and
+    its workers can persist across epochs."""
 
-    def __len__(self) -> int:
-        return len(self.batches)
+    def __init__(self, data: TrainingData, extra: Callable[[np.ndarray], Any]) -> None:
+        self.data, self.extra = data, extra
 
-    def __getitem__(self, b: int) -> tuple[PairBatch, PairBatch | None]:
-        idx = np.asarray(self.batches[b], dtype=np.int64)
-        more = np.asarray(self.extra(np.asarray(self.asking[b], dtype=np.int64)), dtype=np.int64)
+    def __getitem__(self, item: tuple[list[int], list[int]]) -> tuple[PairBatch, PairBatch | None]:
+        batch_indices, asking = item
+        idx = np.asarray(batch_indices, dtype=np.int64)
+        more = np.asarray(self.extra(np.asarray(asking, dtype=np.int64)), dtype=np.int64)
         more = more.reshape(-1)
         batch = self.data.collate([self.data.dataset[int(i)] for i in idx])
         if not more.size:
             return batch, None
         return batch, self.data.collate([self.data.dataset[int(i)] for i in more])
+
+
+class _ExtraItems:
+    """The sampler of the loader with extra samples: the current epoch's ``(batch, asking)``
+    pairs (``asking[b]``: the indices whose extra samples batch ``b`` brings: the batch's
+    own, or a gathered method's global batch), replaced before each epoch."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[list[int], list[int]]] = []
+
+    def __iter__(self) -> Iterator[tuple[list[int], list[int]]]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
 class Trainer:
@@ -214,6 +222,10 @@ class Trainer:
         self._epoch_seconds: list[float] = []  # wall time of each epoch run by this process
         self._epoch_batches = _EpochBatches()
         self._loader: DataLoader | None = None
+        # The loader of a method's extra samples (Method.prefetch_samples) and its function.
+        self._extra_items = _ExtraItems()
+        self._extra_loader: DataLoader | None = None
+        self._extra_fn: Callable[[np.ndarray], Any] | None = None
 
     @property
     def total_epochs(self) -> int:
@@ -382,24 +394,35 @@ class Trainer:
             # A gathered method sees the global batch's indices: its extras are that batch's.
             gathered = getattr(self.method, "negatives", "gathered") == "gathered"
             asking = global_batches if gathered else local
-            loader = DataLoader(
-                _WithExtra(self.data, local, extra, asking), batch_size=None, collate_fn=_as_is,
-                num_workers=self.num_workers,
-            )  # fmt: skip
-            return loader, global_batches
+            if self._extra_loader is None or self._extra_fn is not extra:
+                # Kept, with its workers, while the method hands out the same ``extra``
+                # (Method.prefetch_samples); a new one is a new dataset for the workers.
+                self._extra_fn, self._extra_loader = extra, self._make_loader(
+                    _WithExtra(self.data, extra), sampler=self._extra_items,
+                    batch_size=None, collate_fn=_as_is,
+                )  # fmt: skip
+            self._extra_items.items = list(zip(local, asking))
+            return self._extra_loader, global_batches
         if self._loader is None:
             # Built once and iterated each epoch over that epoch's batches: with workers they
             # persist across epochs (no respawn per epoch), prefetch ahead and, on CUDA, hand
             # out pinned batches that the step copies without waiting (non_blocking).
-            workers = self.num_workers
-            self._loader = DataLoader(
+            self._loader = self._make_loader(
                 self.data.dataset, batch_sampler=self._epoch_batches,
-                collate_fn=self.data.collate, num_workers=workers,
-                pin_memory=self.device.type == "cuda", persistent_workers=workers > 0,
-                prefetch_factor=LOADER_PREFETCH if workers > 0 else None,
+                collate_fn=self.data.collate,
             )  # fmt: skip
         self._epoch_batches.batches = local
         return self._loader, global_batches
+
+    def _make_loader(self, dataset: Any, **kwargs: Any) -> DataLoader:
+        """A loader whose workers persist across epochs and prefetch ahead; on CUDA it hands
+        out pinned batches that the step copies without waiting (non_blocking)."""
+        workers = self.num_workers
+        return DataLoader(
+            dataset, num_workers=workers, pin_memory=self.device.type == "cuda",
+            persistent_workers=workers > 0,
+            prefetch_factor=LOADER_PREFETCH if workers > 0 else None, **kwargs,
+        )  # fmt: skip
 
     def _method_batch(self, batch: PairBatch, global_batch: list[int]) -> PairBatch:
         """The batch the method sees. With gathered negatives in several processes: this

@@ -202,6 +202,9 @@ class BankSiamese(nn.Module):
         self.grouping = config.ratio_grouping
         self.siamese_lr = config.lr
         self.bank: MemoryBank | None = None
+        # The loader's bank-sample function, one object per bank: the trainer keeps its
+        # loader's workers while it gets the same one (Method.prefetch_samples).
+        self.extras: BankExtras | None = None
         # Not a registered submodule on purpose: it is re-synced from the model before every
         # use, so it stays out of checkpoints (half their size; the release does not save it
         # either, docs/methods/weighted.md) and resume does not depend on setup having created it.
@@ -222,7 +225,7 @@ class BankSiamese(nn.Module):
         )  # fmt: skip
 
     def attach(self, ctx: Any, bank: MemoryBank) -> None:
-        self.bank = bank
+        self.bank, self.extras = bank, BankExtras(bank)
         self._fetch = pair_fetcher(ctx)
         # The lr is set at every step (siamese.lr, else step.lr); 0.0 is only a placeholder.
         c = self.config
@@ -586,7 +589,7 @@ class NPCMethod(InfoNCEMethod):
         return None
 
     def prefetch_samples(self) -> BankExtras | None:
-        return None if self.core.bank is None else BankExtras(self.core.bank)
+        return self.core.extras
 
     def trainable_parameters(self, model: nn.Module):
         return [p for p in model.parameters() if p.requires_grad]

@@ -276,7 +276,7 @@ class SDDMethod(InfoNCEMethod):
         return kept
 
     def prefetch_samples(self) -> BankExtras | None:
-        return None if self.core.bank is None else BankExtras(self.core.bank)
+        return self.core.extras
 
     def trainable_parameters(self, model: nn.Module):
         return [p for p in model.parameters() if p.requires_grad]
