@@ -196,6 +196,7 @@ RANGES: dict[str, str] = {
     "method.ugncl.epsilon": "[0,1]",  # a threshold on the soft label in [0, 1]
     "method.ugncl.null_level": "[0,1]",  # a quantile
     "method.ugncl.kl_weight": ">=0",
+    "method.ugncl.clean_infonce": ">=0",
     "method.ugncl.trl_weight": ">=0",
     "method.ugncl.margin": ">=0",
     "method.ugncl.margin_base": ">=0",

@@ -24,11 +24,13 @@ from ugncl.core.engine.distributed import merge_rows
 from ugncl.core.errors import ConfigError
 from ugncl.core.evaluation import eval_mode, view_reducer
 from ugncl.core.method import Method
+from ugncl.methods.infonce import info_nce_per_sample, weighted_mean
 from ugncl.methods.ugncl.division import (
     UNVISITED,
     BatchDivision,
     DivisionAccumulator,
     DivisionResult,
+    called_clean,
     divide_batch,
     division_quality,
     fused_log_evidence,
@@ -49,6 +51,25 @@ XI2_TIMES_K = 0.8 * 128  # the paper's xi2 at its batch of 128 (Eq. 18)
 DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses stream 0)
 # RNG stream of the agreed start's second batching of epoch 0 (no warm-up epoch before it).
 REFERENCE_STREAM = 2
+
+
+def clean_info_nce(logits: Tensor, sets: Tensor) -> Tensor:
+    """The backbone's symmetric InfoNCE over the pairs a division keeps as clean.
+
+    Args:
+        logits: ``(W, K, K)`` raw model scores of a batch (CLIP: logit scale x cosine), rows
+            images, columns captions; every caption of the batch is a negative of every row.
+        sets: ``(K,)`` division set codes of the batch's pairs.
+
+    Returns:
+        0-dim: per view, the mean InfoNCE of the clean-called pairs (0 with none), averaged
+        over views.
+    """
+    clean = called_clean(sets.to(logits.device)).float()
+    views = [
+        weighted_mean(info_nce_per_sample(view), clean, normalise=True) for view in logits.float()
+    ]
+    return torch.stack(views).mean()
 
 
 @dataclass
@@ -216,6 +237,11 @@ class UGNCLConfig:
     # made before the model ranks clean pairs above their rivals calls pairs noisy by the luck
     # of their batch (docs/methods/ugncl.md, "When the division starts").
     division_start: str = "agreed"
+    # Weight of the backbone's own contrastive loss (symmetric InfoNCE on the model's raw
+    # scores, as the ``infonce`` method trains) over the pairs the division keeps as clean,
+    # added to Eq. 18 after the division starts. 0 (paper; default): Eq. 18 alone. Not in any
+    # paper of the lineage (docs/methods/ugncl.md, "The backbone's loss on the kept pairs").
+    clean_infonce: float = 0.0
     start_separation: float = 2.0
     start_agreement: float = 0.5
     start_max_wait: int = 6
@@ -249,6 +275,11 @@ class UGNCLConfig:
             raise ConfigError(
                 "method.ugncl.division_lambda_min must be >= 1 (rivals) or null, got "
                 f"{self.division_lambda_min}"
+            )
+        if self.clean_infonce < 0:
+            raise ConfigError(
+                f"method.ugncl.clean_infonce must be >= 0 (a loss weight), got "
+                f"{self.clean_infonce}; 0 trains Eq. 18 alone"
             )
         if self.null_level is not None and not 0.0 < self.null_level < 1.0:
             raise ConfigError(
@@ -488,7 +519,8 @@ class UGNCLMethod(Method):
         """Warm-up (and epochs whose division start was deferred): the all-negatives hinge
         (``warmup_loss: hinge_all``) or the released identity-target evidential loss +
         top-lambda hinge; then Eqs. 12-18."""
-        raw = self.scores(model, batch).float()
+        logits = model(batch.images, batch.captions, batch.lengths)
+        raw = model.unit_scores(logits).float()  # what self.scores(model, batch) returns
         lam = self.hardness(raw.shape[-1], ctx.global_step, ctx.epoch)
         self._last_lambda = lam
         common = dict(
@@ -515,7 +547,7 @@ class UGNCLMethod(Method):
             )
         sets, soft_label, u_bar = self.division.lookup(batch.index, device=raw.device)
         self._record(raw, batch, lam)
-        return ugncl_objective(
+        terms = ugncl_objective(
             raw,
             sets=sets,
             soft_label=soft_label,
@@ -527,6 +559,9 @@ class UGNCLMethod(Method):
             hard_target=self.config.hard_target,
             **common,
         )
+        if self.config.clean_infonce > 0:
+            terms["loss_nce"] = self.config.clean_infonce * clean_info_nce(logits, sets)
+        return terms
 
     @staticmethod
     def scores(model: nn.Module, batch: PairBatch) -> Tensor:

@@ -412,3 +412,24 @@ def test_centre_scores_rejects_unknown_mode():
 
     with pytest.raises(ValueError, match="centring"):
         centre_scores(torch.zeros(1, 2, 2), "row")
+
+
+def test_clean_info_nce_is_the_backbones_loss_over_the_kept_pairs_only() -> None:
+    """``method.ugncl.clean_infonce``: the InfoNCE of the pairs the division keeps (CLEAN,
+    HARD_CLEAN), every caption of the batch a negative; pairs called noisy get no gradient
+    through their own row and column's positive, and none kept gives 0."""
+    from ugncl.methods.infonce import info_nce_per_sample
+    from ugncl.methods.ugncl.method import clean_info_nce
+
+    torch.manual_seed(0)
+    logits = (10 * torch.randn(2, 5, 5)).requires_grad_()
+    sets = torch.tensor([CLEAN, NOISY, HARD_CLEAN, HARD_NOISY, CLEAN])
+    kept = torch.tensor([0, 2, 4])
+    expected = torch.stack([info_nce_per_sample(v)[kept].mean() for v in logits]).mean()
+    loss = clean_info_nce(logits, sets)
+    assert torch.allclose(loss, expected)
+    loss.backward()
+    # A noisy pair's positive (its diagonal entry) is not pulled up.
+    assert logits.grad[:, 1, 1].abs().max() < 1e-6 and logits.grad[:, 0, 0].abs().min() > 0
+    none = clean_info_nce(logits.detach(), torch.full((5,), NOISY))
+    assert none.item() == 0.0
