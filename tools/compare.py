@@ -267,12 +267,20 @@ def plan_size(args: argparse.Namespace) -> PlanSize:
     return size
 
 
+def track_cells(cells: list, args: argparse.Namespace) -> list:
+    """The plan's cells of ``--backbone``'s track (all without it): e.g. the CLIP rows on a
+    second CLIP world."""
+    if not args.backbone:
+        return cells
+    return [c for c in cells if c.backbone == args.backbone]
+
+
 def print_estimate(args: argparse.Namespace) -> int:
     """The plan's estimated wall time (:func:`ugncl.run.compare_grid.estimate_seconds`) for
     the reference step time ``--estimate``, with the CLIP track as if the world had it."""
     from ugncl.run.compare_grid import default_plan, estimate_seconds
 
-    cells = default_plan(world_root(args.world), "clip.pt", plan_size(args))
+    cells = track_cells(default_plan(world_root(args.world), "clip.pt", plan_size(args)), args)
     seconds = estimate_seconds(cells, args.estimate, args.jobs)
     print(f"plan {args.plan}: {len(cells)} cells, about {seconds / 60:.0f} min with "
           f"--jobs {args.jobs} at a reference step of {args.estimate} s (the world and the CLIP "
@@ -304,9 +312,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         args.out += f"-{world.name}" if args.world else ""
         if size.ratios != PLANS[args.plan].ratios:  # the plan's own report stays as it is
             args.out += "-" + "-".join(ratio_tag(r) for r in size.ratios)
-    cells = default_plan(world, weights, size)
-    if args.backbone:  # one track of the plan: e.g. the CLIP rows on a second CLIP world
-        cells = [c for c in cells if c.backbone == args.backbone]
+    cells = track_cells(default_plan(world, weights, size), args)
     if args.set:  # e.g. a smoke run: fewer images and epochs in every cell
         cells = [dataclasses.replace(c, overrides=(*c.overrides, *args.set)) for c in cells]
     if args.report_only:

@@ -362,7 +362,16 @@ def test_backbone_reports_one_track(compare, tmp_path, capsys) -> None:
 
 def test_plan_estimate(compare, capsys) -> None:
     assert compare(["--plan", "quick", "--estimate", "0.16"]) == 0
-    assert capsys.readouterr().out.startswith("plan quick: ")
+    both = capsys.readouterr().out
+    assert both.startswith("plan quick: ")
+    # --backbone estimates that track's cells only.
+    assert compare(["--plan", "quick", "--estimate", "0.16", "--backbone", "clip"]) == 0
+    clip = capsys.readouterr().out
+
+    def cells(out: str) -> int:
+        return int(out.split(" cells,")[0].rsplit(" ", 1)[1])
+
+    assert 0 < cells(clip) < cells(both)
     with pytest.raises(SystemExit):
         compare(["--plan", "quick", "--estimate", "-1"])
 
