@@ -85,7 +85,11 @@ def weighted_mean(
     w = weights.detach().to(values.dtype)
     total = (w * values).sum()
     if normalise:
-        return total / w.sum().clamp_min(torch.finfo(values.dtype).tiny)
+        # Every weight 0 gives 0 with a zero gradient. Dividing by a clamped tiny sum gave 0
+        # too, but its backward scaled the incoming gradient by 1 / tiny, which overflows to
+        # inf for a loss weight above ~4 and then 0 x inf = NaN reached every parameter.
+        denom = w.sum()
+        return torch.where(denom > 0, total / torch.where(denom > 0, denom, 1.0), 0.0 * total)
     return total / max(values.numel(), 1)
 
 

@@ -433,3 +433,16 @@ def test_clean_info_nce_is_the_backbones_loss_over_the_kept_pairs_only() -> None
     assert logits.grad[:, 1, 1].abs().max() < 1e-6 and logits.grad[:, 0, 0].abs().min() > 0
     none = clean_info_nce(logits.detach(), torch.full((5,), NOISY))
     assert none.item() == 0.0
+
+
+def test_clean_info_nce_without_kept_pairs_has_a_zero_gradient_at_any_weight() -> None:
+    """A batch whose pairs are all called noisy: the loss is 0 and so is its gradient, also
+    under a large loss weight (the normalised mean's tiny denominator used to overflow the
+    backward pass into NaN weights at weight 10)."""
+    from ugncl.methods.ugncl.method import clean_info_nce
+
+    logits = (10 * torch.randn(1, 6, 6)).requires_grad_()
+    loss = 1e6 * clean_info_nce(logits, torch.full((6,), NOISY))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))
+
