@@ -445,4 +445,3 @@ def test_clean_info_nce_without_kept_pairs_has_a_zero_gradient_at_any_weight() -
     loss = 1e6 * clean_info_nce(logits, torch.full((6,), NOISY))
     loss.backward()
     assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))
-
