@@ -145,6 +145,34 @@ def test_the_loader_with_extra_samples_is_kept_while_its_function_is(tiny_world,
     assert third is not second
 
 
+def test_the_loaders_pin_memory_pins_a_pair_batch_and_its_extras(monkeypatch) -> None:
+    """The loader pins what its workers hand out (``pin_memory=True`` on CUDA): a
+    ``PairBatch``, alone or with a method's extra samples, has every tensor but the host-side
+    lengths pinned. (Pinning needs CUDA: here ``Tensor.pin_memory`` is replaced by a marker.)"""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    pinned = []
+
+    def mark(self, *args, **kwargs):
+        out = self.clone()
+        pinned.append(out)
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", mark)
+    batch = PairBatch(
+        images=torch.zeros(2, 3), captions=torch.ones(2, 4, dtype=torch.long),
+        lengths=torch.tensor([4, 3]), index=torch.arange(2), image_index=torch.arange(2),
+        clean=torch.ones(2, dtype=torch.bool),
+    )  # fmt: skip
+    out = pin_memory(batch)
+    assert isinstance(out, PairBatch) and out.lengths is batch.lengths
+    assert all(any(getattr(out, n) is t for t in pinned) for n in
+               ("images", "captions", "index", "image_index", "clean"))  # fmt: skip
+    with_extra = pin_memory((batch, None))
+    assert isinstance(with_extra[0], PairBatch) and with_extra[1] is None
+    assert len(pinned) == 10
+
+
 def test_eval_precision_bf16_ranks_near_fp32_and_tf32_is_fp32_off_cuda(tiny_world) -> None:
     from ugncl.backbones.sgraf.experiment import open_eval_split
 
