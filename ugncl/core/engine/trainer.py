@@ -301,11 +301,14 @@ class Trainer:
         batches = batch_indices(order, batch_size, drop_last=drop_last)
         if self.dist.enabled and shard:
             batches = distributed.shard_pass_batches(batches, self.dist)
+        # One loader per pass (a pass runs once an epoch): its workers are not kept, but its
+        # batches are pinned on CUDA like the training loader's.
         return DataLoader(
             data.dataset,
             batch_sampler=batches,
             collate_fn=data.collate,
             num_workers=self.num_workers,
+            pin_memory=self.device.type == "cuda",
         )
 
     # ------------------------------------------------------------------ main loop
