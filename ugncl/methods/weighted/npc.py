@@ -210,8 +210,25 @@ class BankSiamese(nn.Module):
         # either, docs/methods/weighted.md) and resume does not depend on setup having created it.
         self._siamese: list[SiameseCopy] = []
         self._fetch = None
-        self.epoch_weights: np.ndarray | None = None  # last weight of each sample this epoch
+        # The steps' (index, weight) pairs not yet written into epoch_weights: kept on the
+        # device and read once where epoch_weights is read, not mid-step (a read of a device
+        # tensor makes the host wait for the step's forward before it queues the backward).
+        self._noted: list[tuple[Tensor, Tensor]] = []
+        self.epoch_weights = None
         self._resumed: dict[str, Any] = {}  # checkpoint state waiting for attach()
+
+    @property
+    def epoch_weights(self) -> np.ndarray | None:
+        """``(N,)`` the last weight of each sample this epoch (NaN: not yet weighted); the
+        steps' noted weights are written in when it is read."""
+        noted, self._noted = self._noted, []
+        for index, w in noted:  # in step order: a later step's weight of a sample wins
+            self._epoch_weights[index.cpu().numpy()] = w.cpu().numpy()
+        return self._epoch_weights
+
+    @epoch_weights.setter
+    def epoch_weights(self, value: np.ndarray | None) -> None:
+        self._noted, self._epoch_weights = [], value
 
     def build_bank(
         self, clean: np.ndarray, scan: Any, score: np.ndarray, device: Any
@@ -435,7 +452,9 @@ class BankSiamese(nn.Module):
         return self.epoch_weights
 
     def note_weights(self, index: Tensor, w: Tensor) -> None:
-        self.epoch_weights[index.cpu().numpy()] = w.detach().float().cpu().numpy()
+        """Keep a step's weights of its samples ``index``; written into ``epoch_weights`` in
+        step order when it is read (no read of the device inside the step)."""
+        self._noted.append((index.detach(), w.detach().float()))
 
 
 # The NPC README's training command (main_NPC.py, params.py); the paper prints the same
@@ -541,7 +560,7 @@ class NPCMethod(InfoNCEMethod):
         self.bank_file = bank_file
         self.core = BankSiamese(section_value(NPCConfig().siamese, siamese))
         self._clean: np.ndarray | None = None
-        self._last: dict[str, float] = {}
+        self._last: dict[str, Tensor] = {}
 
     def backbone_error(self, model: nn.Module) -> str | None:
         return super().backbone_error(model) or untrained_start_error("npc's memory bank", model)
@@ -611,7 +630,11 @@ class NPCMethod(InfoNCEMethod):
             loss_bank = self.bank_loss_weight * self.core.side_means(bank)
         else:  # release: the siamese copy's before-losses under no_grad, a constant
             loss_bank = self.bank_loss_weight * self.core.side_means(res.before)
-        self._last = {"weight_mean": float(w.mean()), "weight_low": float((w < 1).float().mean())}
+        # Read only when logged (stats): no host wait inside the step.
+        self._last = {
+            "weight_mean": w.mean().detach(),
+            "weight_low": (w < 1).float().mean().detach(),
+        }
         return {
             "loss": loss,
             "loss_bank": loss_bank,
@@ -620,4 +643,4 @@ class NPCMethod(InfoNCEMethod):
         }
 
     def stats(self) -> dict[str, Any]:
-        return dict(self._last)
+        return {k: float(v) for k, v in self._last.items()}

@@ -234,7 +234,12 @@ def test_npc_per_sample_weights_vs_released_collapse(tmp_path, weighting):
     assert per_sample.item() != pytest.approx(collapsed.item(), rel=1e-4)
     expected = per_sample if weighting == "per_sample" else collapsed
     assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    # The step keeps its weights and its logged means on the device (no host wait inside the
+    # step); they are read where they are used: epoch_weights, stats().
+    assert len(npc.core._noted) == 1 and isinstance(npc._last["weight_mean"], torch.Tensor)
+    assert npc.stats()["weight_mean"] == pytest.approx(float(fixed.mean()))
     assert np.allclose(npc.core.epoch_weights[:4], fixed.numpy())
+    assert not npc.core._noted
 
 
 def test_npc_bank_loss_trains_the_model(tmp_path):
