@@ -83,19 +83,20 @@ def save_query_hits(run_dir: Path, hits: dict[str, np.ndarray]) -> Path:
     return path
 
 
-class _EpochBatches:
-    """The batch sampler of the trainer's one loader: the current epoch's batches, replaced
-    before each epoch (a sampler is iterated in the main process, so persistent workers see
-    each epoch's order)."""
+class _EpochItems:
+    """A sampler of the trainer's loaders: the current epoch's items, replaced before each
+    epoch (a sampler is iterated in the main process, so persistent workers see each epoch's
+    order). The training loader's items are batches of sample indices; the loader with a
+    method's extra samples gets ``(batch, asking)`` pairs (:class:`_WithExtra`)."""
 
     def __init__(self) -> None:
-        self.batches: list[list[int]] = []
+        self.items: list[Any] = []
 
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches)
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.items)
 
 
 def _as_is(item: Any) -> Any:
@@ -107,9 +108,10 @@ class _WithExtra(torch.utils.data.Dataset):
     both collated where the loader runs (its workers): a memory bank's pairs are decoded
     there, not in the main process at every step.
 
-    Its items are keyed by ``(batch indices, asking indices)`` pairs that the sampler
-    (:class:`_ExtraItems`) hands out each epoch, so the dataset holds no per-epoch state and
-    its workers can persist across epochs."""
+    Its items are keyed by ``(batch indices, asking indices)`` pairs that its sampler
+    (:class:`_EpochItems`) hands out each epoch (``asking``: the indices whose extra samples
+    the batch brings: the batch's own, or a gathered method's global batch), so the dataset
+    holds no per-epoch state and its workers can persist across epochs."""
 
     def __init__(self, data: TrainingData, extra: Callable[[np.ndarray], Any]) -> None:
         self.data, self.extra = data, extra
@@ -123,21 +125,6 @@ class _WithExtra(torch.utils.data.Dataset):
         if not more.size:
             return batch, None
         return batch, self.data.collate([self.data.dataset[int(i)] for i in more])
-
-
-class _ExtraItems:
-    """The sampler of the loader with extra samples: the current epoch's ``(batch, asking)``
-    pairs (``asking[b]``: the indices whose extra samples batch ``b`` brings: the batch's
-    own, or a gathered method's global batch), replaced before each epoch."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[list[int], list[int]]] = []
-
-    def __iter__(self) -> Iterator[tuple[list[int], list[int]]]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 class Trainer:
@@ -220,10 +207,10 @@ class Trainer:
             ddp = torch.compile(ddp) if compile else ddp
             self.train_model = distributed.DistributedModel(ddp, gathered=gathered)
         self._epoch_seconds: list[float] = []  # wall time of each epoch run by this process
-        self._epoch_batches = _EpochBatches()
+        self._epoch_batches = _EpochItems()
         self._loader: DataLoader | None = None
         # The loader of a method's extra samples (Method.prefetch_samples) and its function.
-        self._extra_items = _ExtraItems()
+        self._extra_items = _EpochItems()
         self._extra_loader: DataLoader | None = None
         self._extra_fn: Callable[[np.ndarray], Any] | None = None
 
@@ -414,7 +401,7 @@ class Trainer:
                 self.data.dataset, batch_sampler=self._epoch_batches,
                 collate_fn=self.data.collate,
             )  # fmt: skip
-        self._epoch_batches.batches = local
+        self._epoch_batches.items = local
         return self._loader, global_batches
 
     def _make_loader(self, dataset: Any, **kwargs: Any) -> DataLoader:
