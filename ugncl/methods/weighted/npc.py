@@ -560,7 +560,6 @@ class NPCMethod(InfoNCEMethod):
         self.bank_file = bank_file
         self.core = BankSiamese(section_value(NPCConfig().siamese, siamese))
         self._clean: np.ndarray | None = None
-        self._last: dict[str, Tensor] = {}
 
     def backbone_error(self, model: nn.Module) -> str | None:
         return super().backbone_error(model) or untrained_start_error("npc's memory bank", model)
@@ -630,17 +629,11 @@ class NPCMethod(InfoNCEMethod):
             loss_bank = self.bank_loss_weight * self.core.side_means(bank)
         else:  # release: the siamese copy's before-losses under no_grad, a constant
             loss_bank = self.bank_loss_weight * self.core.side_means(res.before)
-        # Read only when logged (stats): no host wait inside the step.
-        self._last = {
-            "weight_mean": w.mean().detach(),
-            "weight_low": (w < 1).float().mean().detach(),
-        }
+        # Logged as step terms: the trainer reads them with the losses, in its one read.
         return {
             "loss": loss,
             "loss_bank": loss_bank,
             "weight_mean": w.mean().detach(),
+            "weight_low": (w < 1).float().mean().detach(),
             "siamese_loss": res.step_loss,
         }
-
-    def stats(self) -> dict[str, Any]:
-        return {k: float(v) for k, v in self._last.items()}

@@ -252,7 +252,6 @@ class OSAMethod(InfoNCEMethod):
         self.beta: float | None = None
         self.scale: float | None = None
         self._clean: np.ndarray | None = None
-        self._last: dict[str, Tensor] = {}
         self._setup_extra: dict[str, Any] = {}
 
     def backbone_error(self, model: nn.Module) -> str | None:
@@ -465,7 +464,6 @@ class OSAMethod(InfoNCEMethod):
 
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
         w = self.batch_weights(batch.index)
-        self._last = {"weight_mean": w.mean().detach()}  # read only when logged (stats)
         if self.objective == "triplet":
             raw = model(batch.images, batch.captions, batch.lengths).float()
             # The triplet baseline's warm-up (ugncl.methods.triplet): all negatives summed.
@@ -474,6 +472,3 @@ class OSAMethod(InfoNCEMethod):
             return {"loss_triplet": loss, "weight_mean": w.mean().detach()}
         per = self.per_sample_loss(model, batch)
         return {"loss": weighted_mean(per, w), "weight_mean": w.mean().detach()}
-
-    def stats(self) -> dict[str, Any]:
-        return {k: float(v) for k, v in self._last.items()}

@@ -170,7 +170,6 @@ class SDDMethod(InfoNCEMethod):
         self.keep: np.ndarray | None = None  # (N,) bool, not self-dropped this epoch
         self._seed = 0
         self._start_diag: np.ndarray | None = None  # setup's scores of the starting model
-        self._last: dict[str, Tensor] = {}
 
     def _batch_size(self, ctx: Any) -> int:
         return self.pass_batch_size or getattr(ctx, "batch_size", 256)
@@ -295,14 +294,9 @@ class SDDMethod(InfoNCEMethod):
         w_sig, res = self.core.significance(model, view, per, w_con, lr, None, (img, cap))
         w = w_sig * w_con
         self.core.note_weights(batch.index, w)
-        # Read only when logged (stats): no host wait inside the step.
-        self._last = {"weight_mean": w.mean().detach(), "w_sig_mean": w_sig.mean().detach()}
         return {
             "loss": weighted_mean(per, w),
             "weight_mean": w.mean().detach(),
             "w_sig_mean": w_sig.mean().detach(),
             "siamese_loss": res.step_loss,
         }
-
-    def stats(self) -> dict[str, Any]:
-        return {k: float(v) for k, v in self._last.items()}

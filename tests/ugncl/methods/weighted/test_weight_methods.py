@@ -235,9 +235,10 @@ def test_npc_per_sample_weights_vs_released_collapse(tmp_path, weighting):
     expected = per_sample if weighting == "per_sample" else collapsed
     assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
     # The step keeps its weights and its logged means on the device (no host wait inside the
-    # step); they are read where they are used: epoch_weights, stats().
-    assert len(npc.core._noted) == 1 and isinstance(npc._last["weight_mean"], torch.Tensor)
-    assert npc.stats()["weight_mean"] == pytest.approx(float(fixed.mean()))
+    # step); they are read where they are used: epoch_weights, the trainer's one read of terms.
+    assert len(npc.core._noted) == 1 and isinstance(out["weight_mean"], torch.Tensor)
+    assert out["weight_mean"].item() == pytest.approx(float(fixed.mean()))
+    assert out["weight_low"].item() == pytest.approx(float((fixed < 1).float().mean()))
     assert np.allclose(npc.core.epoch_weights[:4], fixed.numpy())
     assert not npc.core._noted
 
