@@ -459,9 +459,8 @@ def loop_clip(method: str, world: Path, args, reference_ms: dict[str, float]) ->
         verdict = _verdict(args, cost <= GOAL_NPC_COST) if method == "npc" else ""
     else:
         goal, verdict = "", ""
-    return Row("loop", f"{method} x clip {name} (batch {batch}){_compiled(args)}", "ok", pairs_s,
-               "pairs/s",
-               note, goal, verdict, _peak(device))  # fmt: skip
+    case = f"{method} x clip {name} (batch {batch}){_compiled(args)}"
+    return Row("loop", case, "ok", pairs_s, "pairs/s", note, goal, verdict, _peak(device))
 
 
 def loop_ugncl_sgraf(root: Path, args) -> Row:
