@@ -171,9 +171,14 @@ def test_default_plan_controls_one_split_and_one_budget() -> None:
         ("sgraf", m) for m in sgraf
     }  # fmt: skip
     assert {label.replace("-paper", "") for b, label in noisy if b == "clip"} == {
-        "finetune", "ugncl", "npc", "sdd", "osa", "decl"
+        "finetune", "ugncl", "npc", "sdd", "osa", "decl", "ugncl-clip"
     }  # fmt: skip
     by_name = {c.name: c for c in cells}
+    # UGNCL's CLIP variant: its own config, on the track's stand-in and budget
+    variant = by_name["clip-ugncl-clip-n50-s0"]
+    assert variant.config == "ugncl_clip_synthetic"
+    assert _sets(variant)["model.clip.pretrained"] == "w.pt"
+    assert _epochs(variant, cells) == size.clip_epochs
     npc = by_name.get("sgraf-npc-n50-s1")
     if npc is not None:  # NPC without readings: the package row, from the warm start
         assert npc.start_from == "sgraf-warmup-n50-s1"

@@ -312,9 +312,16 @@ def _config_backbone(name: str) -> str | None:
         return None
 
 
+#: A method's CLIP-track variant: ``configs/<method>_clip_synthetic.yaml``, the package's
+#: settings of that method measured on the CLIP worlds (its first line says how it departs
+#: from the papers); the plan gives it a row ``<method>-clip`` beside the paper reading's.
+CLIP_VARIANT = "_clip_synthetic"
+
+
 def clip_rows(clip_weights: str | Path) -> list[RowSpec]:
-    """The CLIP track: the plain fine-tune (at 0% and at noise) and every registered method
-    that CLIP accepts at its paper reading (package where it has no readings)."""
+    """The CLIP track: the plain fine-tune (at 0% and at noise), every registered method
+    that CLIP accepts at its paper reading (package where it has no readings), and each
+    method's CLIP variant where the package ships one (:data:`CLIP_VARIANT`)."""
     from ugncl.methods import METHODS
 
     view = (f"model.clip.pretrained={clip_weights}",)
@@ -333,6 +340,11 @@ def clip_rows(clip_weights: str | Path) -> list[RowSpec]:
         if name == "osa":
             sets = (*sets, f"method.osa.estimator={clip_weights}")
         rows.append(RowSpec("clip", _row_label(name, reading), config, sets))
+    for name in METHODS:  # the package's own CLIP variant of a method, where it ships one
+        variant = f"{name}{CLIP_VARIANT}"
+        if _has_config(variant) and _config_backbone(variant) == "clip":
+            sets = (*view, f"method.name={name}", *_shared("clip", name, None))
+            rows.append(RowSpec("clip", f"{name}-clip", variant, sets))
     return rows
 
 
