@@ -34,6 +34,7 @@ import numpy as np
 __all__ = [
     "QUERY_FILE",
     "Claim",
+    "best_method",
     "claim_pairs",
     "claim_sentence",
     "gain_lines",
@@ -155,12 +156,18 @@ def claim_sentence(claim: Claim) -> str:
             f"{claim.label} ({detail}).")  # fmt: skip
 
 
-def claim_pairs(variants: Sequence[str], plain: str) -> list[tuple[str, str]]:
+def claim_pairs(
+    variants: Sequence[str], plain: str, best: str | None = None, controls: Sequence[str] = ()
+) -> list[tuple[str, str]]:
     """The pairs a report states for one backbone and ratio: every variant against the plain
-    baseline, every ``X+pf`` against ``X``, and a method's ``paper`` reading against its
-    package row (``m-paper`` against ``m``)."""
+    baseline, every ``X+pf`` against ``X``, a method's ``paper`` reading against its
+    package row (``m-paper`` against ``m``), and the ``best`` method line (the highest mean;
+    None: no such pairs) against every other method line, ``controls`` and the plain
+    baseline aside: which lead over the top holds on every seed."""
     have = set(variants)
     pairs = [(v, plain) for v in variants if v != plain and plain in have]
+    if best is not None and best in have:
+        pairs += [(best, v) for v in variants if v not in (best, plain, *controls)]
     pairs += [(v, v[: -len(PF)]) for v in variants if v.endswith(PF) and v[: -len(PF)] in have]
     pairs += [
         (v, v.removesuffix("-paper"))
@@ -168,6 +175,19 @@ def claim_pairs(variants: Sequence[str], plain: str) -> list[tuple[str, str]]:
         if v.endswith("-paper") and v.removesuffix("-paper") in have
     ]
     return list(dict.fromkeys(pairs))
+
+
+def best_method(
+    rsums: Mapping[str, Mapping[Any, float]], plain: str, controls: Sequence[str] = ()
+) -> str | None:
+    """The method line with the highest mean test rSum over its seeds (``rsums[line][seed]``),
+    the plain baseline and ``controls`` aside; None where there is none."""
+    means = {
+        v: sum(seeds.values()) / len(seeds)
+        for v, seeds in rsums.items()
+        if v not in (plain, *controls) and seeds
+    }
+    return max(sorted(means), key=means.__getitem__) if means else None
 
 
 def _mean(values: Mapping[Any, float], seeds: Sequence[Any]) -> float:

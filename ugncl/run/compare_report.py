@@ -27,7 +27,13 @@ from typing import Any
 import numpy as np
 
 from ugncl.run.compare import PLAIN_BASELINE, CompareError, format_table, prepare_rows
-from ugncl.run.compare_claims import claim_pairs, claim_sentence, gain_lines, paired_claim
+from ugncl.run.compare_claims import (
+    best_method,
+    claim_pairs,
+    claim_sentence,
+    gain_lines,
+    paired_claim,
+)
 
 __all__ = [
     "PLOTS",
@@ -173,7 +179,8 @@ def claims_markdown(
             for v, seeds in lines.items()
         }
         where = f"{backbone} ({head.upper()})" if head else str(backbone)
-        for a, b in claim_pairs(sorted(lines), base):
+        best = best_method(rsums, base, CONTROLS)
+        for a, b in claim_pairs(sorted(lines), base, best, CONTROLS):
             claim = paired_claim(where, ratio, a, b, rsums[a], rsums[b], found[a], found[b])
             if claim is not None:
                 claims.append(f"- {claim_sentence(claim)}")

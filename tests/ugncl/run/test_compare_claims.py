@@ -11,6 +11,7 @@ from ugncl.core.engine.trainer import QUERY_HITS_FILE, save_query_hits
 from ugncl.core.metrics import query_hits, retrieval_metrics
 from ugncl.run.compare_claims import (
     QUERY_FILE,
+    best_method,
     claim_pairs,
     claim_sentence,
     gain_lines,
@@ -81,6 +82,22 @@ def test_claim_pairs() -> None:
     assert ("ugncl+pf", "hinge") in pairs and ("ugncl+pf", "ugncl") in pairs
     assert ("hinge+pf", "hinge") in pairs and ("ugncl-paper", "ugncl") in pairs
     assert ("hinge", "hinge") not in pairs and len(pairs) == len(set(pairs))
+
+
+def test_the_best_method_line_is_set_against_every_other_method_line() -> None:
+    rsums = {
+        "finetune": {0: 150.0, 1: 140.0},
+        "osa": {0: 181.0, 1: 182.0},
+        "ugncl-clip": {0: 180.0, 1: 184.0},
+        "oracle": {0: 300.0, 1: 300.0},
+    }
+    best = best_method(rsums, "finetune", controls=("oracle",))
+    assert best == "ugncl-clip"  # mean 182.0 over osa's 181.5; the oracle is a control
+    pairs = claim_pairs(sorted(rsums), "finetune", best, controls=("oracle",))
+    assert ("ugncl-clip", "osa") in pairs
+    assert ("ugncl-clip", "oracle") not in pairs and ("ugncl-clip", "ugncl-clip") not in pairs
+    assert best_method({"finetune": {0: 1.0}}, "finetune") is None
+    assert claim_pairs(["a", "b"], "a", None) == [("b", "a")]
 
 
 def test_the_lift_splits_into_the_prefilters_share_and_the_methods() -> None:
