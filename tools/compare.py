@@ -23,8 +23,10 @@ Columns: run, method, backbone, SGRAF head (sgr/saf), dataset, noise ratio, seed
 test rSum, i2t/t2i R@1, the epoch of the tested weights, epochs and optimiser steps trained,
 the last epoch's noise-detection F1, UGNCL's hard sets
 (size and true-clean share) and weight AUC (blank where the method records none), training
-wall time in seconds (from the records' timestamps), seconds per epoch and their ratio to the
-backbone's plain baseline (triplet on SGRAF, clip on CLIP) among the rows, and the noise file's
+wall time in seconds (from the records' timestamps), seconds per epoch, the process's CPU
+seconds, the ratio of seconds per epoch to the backbone's plain baseline's (triplet on SGRAF,
+clip on CLIP) among the rows (CPU seconds where every row of the backbone recorded them, else
+wall seconds, which also count what else ran on the machine), and the noise file's
 sha256 (short): rows of one noise ratio and seed trained on different files are refused (a
 noise-file run is grouped by its measured noisy share, joined to a configured ratio within
 0.03, so a file never escapes the check by its ratio).

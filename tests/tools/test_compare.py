@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ugncl.run.compare import mean_row, summarize_run, wall_seconds
+from ugncl.run.compare import (
+    add_cost_ratio,
+    cpu_seconds,
+    mean_row,
+    summarize_run,
+    wall_seconds,
+)
 
 
 def _test_records(
@@ -158,6 +164,33 @@ def test_mean_row_and_measured_noise_ratio(runs) -> None:
     assert mean["rsum"] == 15.0 and mean["weight_auc"] == 0.7 and mean["noisy_f1"] is None
     assert mean["method"] == "npc" and mean["seed"] == "mean of 2" and mean["best_epoch"] is None
     assert wall_seconds([{"event": "resume", "time": 5.0}, {"event": "val", "time": 7.0}]) == 2.0
+
+
+def test_the_cost_ratio_divides_cpu_seconds_where_every_row_has_them() -> None:
+    """CPU seconds are summed over attempts like the wall time; a backbone whose every run
+    recorded them is costed on them (a loaded machine's wall time would count the load), a
+    backbone with one run without them on the wall time."""
+    stamps = [(0.0, 10.0), (30.0, 19.0), ("resume", 40.0, 1.0), (60.0, 6.0)]
+    records = []
+    for stamp in stamps:
+        event = "resume" if stamp[0] == "resume" else "val"
+        wall, cpu = stamp[-2:]
+        records.append({"event": event, "time": wall, "cpu": cpu})
+    assert cpu_seconds(records) == 9.0 + 5.0 and wall_seconds(records) == 30.0 + 20.0
+    assert cpu_seconds([{"event": "val", "time": 1.0}]) is None  # recorded before the stamp
+    assert cpu_seconds([{"event": "setup"}]) is None
+
+    def row(method: str, seed: int, wall: float, cpu: float | None) -> dict:
+        return {"backbone": "sgraf", "method": method, "seed": seed, "s_per_epoch": wall,
+                "cpu_per_epoch": cpu}  # fmt: skip
+
+    # the plain run shared the machine with three others: 4x its CPU time in wall time
+    rows = [row("triplet", 0, 40.0, 10.0), row("ugncl", 0, 20.0, 20.0)]
+    add_cost_ratio(rows)
+    assert [r["cost_ratio"] for r in rows] == [1.0, 2.0]
+    rows = [row("triplet", 0, 40.0, 10.0), row("ugncl", 0, 20.0, None)]
+    add_cost_ratio(rows)
+    assert [r["cost_ratio"] for r in rows] == [1.0, 0.5]
 
 
 def test_the_clean_pairs_oracle_is_not_labelled_the_plain_baseline() -> None:

@@ -108,6 +108,7 @@ def test_report_from_fixture_runs(fixture_runs, tool, capsys) -> None:
     assert "`ugncl` is 50.0 rSum above `triplet`, every seed (per seed +50.0, +50.0" in md
     assert "## What drives the gain" in md and "- `ugncl`: +50.0 rSum over `triplet`" in md
     assert "every row trains 9 optimiser steps" in md
+    assert "`cost x plain` divides wall seconds per epoch" in md  # no CPU stamps recorded
 
     # the documented glob catches compare.md and the plots: files are skipped
     capsys.readouterr()

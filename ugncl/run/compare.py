@@ -13,7 +13,8 @@ epoch of the tested weights, the last epoch's noise detection (``noisy_f1`` of U
 ``division`` or a method's ``noise_detection`` record, ``weight_auc`` of weight-based methods;
 blank where the method records none), the sizes and true-clean shares of UGNCL's hard sets in
 that division (the determined sets are empty in every synthetic run,
-docs/methods/ugncl.md), and the training wall time from the records' timestamps. ``threads``
+docs/methods/ugncl.md), the training wall time and the process's CPU seconds from the
+records' stamps (the cost ratio divides CPU seconds where every row has them). ``threads``
 is the CPU thread count the run used (its ``setup`` record; a CPU run's numbers depend on
 it, docs/research/2026-ugncl-synthetic.md).
 """
@@ -41,6 +42,8 @@ __all__ = [
     "add_cost_ratio",
     "align_noise_ratios",
     "check_same_noise",
+    "cost_basis",
+    "cpu_seconds",
     "detection_summary",
     "epochs_trained",
     "format_table",
@@ -98,6 +101,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("weight_auc", "weight AUC", ".3f"),
     Column("wall_s", "wall s", ".0f"),
     Column("s_per_epoch", "s/epoch", ".1f"),
+    Column("cpu_s", "CPU s", ".0f"),
     Column("cost_ratio", "cost x plain", ".2f"),
     Column("noise_sha256", "noise sha256"),
     Column("variant", "variant"),
@@ -117,7 +121,7 @@ _HARD_SET_KEYS = {
 # Averaged by mean_row; the others are labels (kept where every run agrees).
 _MEAN_KEYS = (
     "rsum", "i2t_r1", "t2i_r1", "noisy_f1", *_HARD_SET_KEYS, "weight_auc", "wall_s",
-    "s_per_epoch", "cost_ratio",
+    "s_per_epoch", "cpu_s", "cpu_per_epoch", "cost_ratio",
 )  # fmt: skip
 
 
@@ -174,6 +178,25 @@ def wall_seconds(records: Sequence[dict[str, Any]]) -> float | None:
     return sum(spans) if spans else None
 
 
+def cpu_seconds(records: Sequence[dict[str, Any]]) -> float | None:
+    """Training CPU seconds of the run's process: the span of the records' ``cpu`` stamps
+    (``time.process_time``), summed over attempts as :func:`wall_seconds` sums the wall
+    time. Unlike the wall time it does not grow with what else the machine runs. None where
+    a timestamped record lacks the stamp (runs recorded before it was written)."""
+    attempts: list[list[float]] = [[]]
+    for record in records:
+        if record.get("event") == "resume" and attempts[-1]:
+            attempts.append([])
+        if "time" not in record:
+            continue
+        stamp = record.get("cpu")
+        if not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
+            return None
+        attempts[-1].append(float(stamp))
+    spans = [max(a) - min(a) for a in attempts if a]
+    return sum(spans) if spans else None
+
+
 def _noise_ratio(config: dict[str, Any], setup: dict[str, Any]) -> tuple[float | None, str]:
     """``(ratio, source)``: the configured ratio (``"configured"``); with a noise file (the
     ratio not configured) the measured noisy share (``"measured"``)."""
@@ -221,6 +244,7 @@ def summarize_run(
     # CPU threads the run used (older runs without it in their setup record: the config's).
     threads = setup.get("threads", config.get("train", {}).get("threads"))
     wall, epochs = wall_seconds(records), epochs_trained(records)
+    cpu = cpu_seconds(records)
     ratio, ratio_source = _noise_ratio(config, setup)
     backbone = config.get("model", {}).get("backbone")
     return {
@@ -243,6 +267,8 @@ def summarize_run(
         **detection_summary(records),
         "wall_s": wall,
         "s_per_epoch": wall / epochs if wall is not None and epochs else None,
+        "cpu_s": cpu,
+        "cpu_per_epoch": cpu / epochs if cpu is not None and epochs else None,
         "cost_ratio": None,  # filled by add_cost_ratio over a whole table
         "noise_sha256": (setup.get("noise_sha256") or "")[:SHA_CHARS] or None,
         **shared_settings(config),
@@ -398,22 +424,37 @@ def check_same_noise(rows: Sequence[dict[str, Any]]) -> None:
             )
 
 
+def cost_basis(rows: Sequence[dict[str, Any]], backbone: str) -> str:
+    """What ``cost_ratio`` divides on ``backbone``: ``cpu_per_epoch`` where every run row of
+    it has the process's CPU seconds (the run's own compute), else ``s_per_epoch`` (wall
+    time, which also counts what else the machine ran at the time)."""
+    mine = [
+        r for r in rows
+        if str(r.get("backbone")) == backbone and not str(r.get("seed", "")).startswith("mean")
+    ]  # fmt: skip
+    return "cpu_per_epoch" if mine and all(r.get("cpu_per_epoch") for r in mine) else "s_per_epoch"
+
+
 def add_cost_ratio(rows: Sequence[dict[str, Any]]) -> None:
-    """Fill ``cost_ratio``: each row's seconds per epoch over the mean of its backbone's plain
-    baseline among ``rows`` (None where that baseline is absent). The baseline rows are those
-    flagged ``plain`` (a plan's), else those whose method is :data:`PLAIN_BASELINE`'s."""
+    """Fill ``cost_ratio``: each row's seconds per epoch (:func:`cost_basis`: CPU where every
+    row of the backbone has it, else wall) over the mean of its backbone's plain baseline
+    among ``rows`` (None where that baseline is absent). The baseline rows are those flagged
+    ``plain`` (a plan's), else those whose method is :data:`PLAIN_BASELINE`'s."""
     flagged = any(r.get("plain") for r in rows)
+    basis = {b: cost_basis(rows, b) for b in {str(r.get("backbone")) for r in rows}}
     base: dict[str, list[float]] = {}
     for row in rows:
-        if str(row.get("seed", "")).startswith("mean") or row.get("s_per_epoch") is None:
+        key = basis[str(row.get("backbone"))]
+        if str(row.get("seed", "")).startswith("mean") or row.get(key) is None:
             continue
         plain = PLAIN_BASELINE.get(str(row.get("backbone")), ())
         if row.get("plain") if flagged else row.get("method") in plain:
-            base.setdefault(str(row["backbone"]), []).append(float(row["s_per_epoch"]))
+            base.setdefault(str(row["backbone"]), []).append(float(row[key]))
     for row in rows:
         times = base.get(str(row.get("backbone")))
-        if times and row.get("s_per_epoch") is not None:
-            row["cost_ratio"] = float(row["s_per_epoch"]) / (sum(times) / len(times))
+        key = basis[str(row.get("backbone"))]
+        if times and row.get(key) is not None:
+            row["cost_ratio"] = float(row[key]) / (sum(times) / len(times))
 
 
 # ---------------------------------------------------------------------------- aggregating

@@ -196,7 +196,7 @@ def budget_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
     """One budget: each backbone's optimiser steps per row (a warm start's counted), the
     rows that differ named; and the shared hyper-parameters, the rows that depart from the
     plain baseline's named with their reading."""
-    from ugncl.run.compare import SHARED_KEYS
+    from ugncl.run.compare import SHARED_KEYS, cost_basis
 
     plain = _plain_variants(rows)
     out = ["## Budget and shared settings", ""]
@@ -205,7 +205,13 @@ def budget_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
         steps = {r.get("steps") for r in mine if r.get("steps") is not None}
         if len(steps) == 1:
             out.append(f"- {backbone}: every row trains {steps.pop()} optimiser steps.")
-        elif steps:
+        if cost_basis(rows, backbone) == "cpu_per_epoch":
+            out.append(f"- {backbone}: `cost x plain` divides the runs' CPU seconds per epoch.")
+        else:
+            out.append(f"- {backbone}: `cost x plain` divides wall seconds per epoch (not every "
+                       "run recorded its CPU seconds): it also counts what else the machine "
+                       "ran at the time.")  # fmt: skip
+        if len(steps) > 1:
             counts: dict[Any, list[str]] = {}
             for r in mine:
                 counts.setdefault(r.get("steps"), []).append(str(r.get("variant")))

@@ -146,6 +146,9 @@ class MetricsRecorder:
         """Append one record; TensorBoard x-axis = ``step`` if given, else ``epoch``."""
         record = {"event": event, **{k: _plain(v) for k, v in fields.items()}}
         record["time"] = round(time.time(), 3)
+        # The process's CPU seconds so far: a run's compute, whatever else shares the machine
+        # (the comparison's cost column; ugncl.run.compare.cpu_seconds).
+        record["cpu"] = round(time.process_time(), 3)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:
