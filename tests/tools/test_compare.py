@@ -179,6 +179,11 @@ def test_the_cost_ratio_divides_cpu_seconds_where_every_row_has_them() -> None:
     assert cpu_seconds(records) == 9.0 + 5.0 and wall_seconds(records) == 30.0 + 20.0
     assert cpu_seconds([{"event": "val", "time": 1.0}]) is None  # recorded before the stamp
     assert cpu_seconds([{"event": "setup"}]) is None
+    test = {"event": "test", "epoch": 0, "step": 5, "rsum": 10.0, "time": 70.0, "cpu": 7.0}
+    config = _config("triplet", "sgraf", "synth", 0.5, 0)
+    for device, expected in (("cpu", 7.0), ("cuda:0", None)):  # a GPU's work is not CPU time
+        setup = {"event": "setup", "device": device, "time": 0.0, "cpu": 0.0}
+        assert summarize_run("a", config, [setup, test])["cpu_s"] == expected
 
     def row(method: str, seed: int, wall: float, cpu: float | None) -> dict:
         return {"backbone": "sgraf", "method": method, "seed": seed, "s_per_epoch": wall,

@@ -244,7 +244,8 @@ def summarize_run(
     # CPU threads the run used (older runs without it in their setup record: the config's).
     threads = setup.get("threads", config.get("train", {}).get("threads"))
     wall, epochs = wall_seconds(records), epochs_trained(records)
-    cpu = cpu_seconds(records)
+    # CPU seconds are a run's compute only on the CPU: an accelerator's work is not in them.
+    cpu = cpu_seconds(records) if str(setup.get("device", "cpu")).startswith("cpu") else None
     ratio, ratio_source = _noise_ratio(config, setup)
     backbone = config.get("model", {}).get("backbone")
     return {
