@@ -167,6 +167,7 @@ class SDDMethod(InfoNCEMethod):
         self.core = BankSiamese(section_value(SDDConfig().siamese, siamese))
         self._clean: np.ndarray | None = None
         self.consistency: np.ndarray | None = None  # (N,) this epoch's GMM weight
+        self._consistency_on: Tensor | None = None  # the same on the batches' device
         self.keep: np.ndarray | None = None  # (N,) bool, not self-dropped this epoch
         self._seed = 0
         self._start_diag: np.ndarray | None = None  # setup's scores of the starting model
@@ -256,6 +257,7 @@ class SDDMethod(InfoNCEMethod):
                 desc=f"sdd gmm {epoch}",
             ).diag  # fmt: skip
         self._start_diag = None
+        self._consistency_on = None
         self.consistency = consistency_weight(
             diag, seed=self._seed, norm=self.consistency_norm, **self.gmm.kwargs()
         )
@@ -281,13 +283,21 @@ class SDDMethod(InfoNCEMethod):
         return [p for p in model.parameters() if p.requires_grad]
 
     # ------------------------------------------------------------------ step
+    def _consistency_weights(self, device: torch.device) -> Tensor:
+        """``(N,)`` this epoch's consistency weights on ``device``, copied there once per
+        epoch: a step looks its pairs up by sample index on the device, with no copy of the
+        indices back to the host."""
+        if self._consistency_on is None or self._consistency_on.device != device:
+            self._consistency_on = torch.as_tensor(self.consistency, device=device)
+        return self._consistency_on
+
     def training_step(self, model: nn.Module, batch: Any, step: Any) -> dict[str, Tensor]:
         if self.consistency is None:
             raise RuntimeError("sdd training step before on_epoch_start computed its weights")
         # Sample indices, not positions in the kept subset (the release's text-bank bug).
-        w_con = torch.as_tensor(
-            self.consistency[batch.index.cpu().numpy()], device=batch.captions.device
-        )
+        w_con = self._consistency_weights(batch.captions.device)[
+            batch.index.to(batch.captions.device)
+        ]
         view = self.core.bank_view(self.core.global_inputs(batch), getattr(step, "extra", None))
         img, cap, per = self.core.encode_global(model, batch)
         lr = getattr(step, "lr", None)

@@ -332,6 +332,13 @@ def test_sdd_drops_and_looks_up_by_sample_index(tmp_path):
     # Only the bank samples the batch lacks are fetched, each once.
     lacking = sorted(set(img_side + txt_side) - set(kept[:6].tolist()))
     assert ctx.fetched == ([lacking] if lacking else [])
+    # The consistency weights go to the batches' device once an epoch and are looked up
+    # there by sample index (no copy of the indices to the host inside a step).
+    on_device = sdd._consistency_weights(batch.captions.device)
+    assert on_device is sdd._consistency_on
+    assert on_device[batch.index].tolist() == sdd.consistency[kept[:6]].tolist()
+    sdd.on_epoch_start(ctx, 1)
+    assert sdd._consistency_on is None
     out["loss"].backward()
     assert torch.isfinite(out["loss"])
     sdd.keep[:] = False
