@@ -112,7 +112,9 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, int], dict[str, int]]:
 
 def _numbers(record: dict[str, Any]) -> dict[str, Any]:
     """A record's fields without its timing."""
-    return {k: v for k, v in record.items() if k != "time" and not k.endswith("_seconds")}
+    return {
+        k: v for k, v in record.items() if k not in ("time", "cpu") and not k.endswith("_seconds")
+    }
 
 
 def assert_records_close(a: list[dict], b: list[dict], rtol: float) -> None:

@@ -57,11 +57,11 @@ class KilledError(Exception):
 
 
 def _comparable(records: list[dict]) -> list[dict]:
-    """The records without their wall-clock fields (``time``, durations such as OSA's
+    """The records without their clock fields (``time``, ``cpu``, durations such as OSA's
     ``adapt_seconds``): those are measurements of the machine, not of the run."""
 
     def clocked(key: str) -> bool:
-        return key == "time" or key.endswith("_seconds")
+        return key in ("time", "cpu") or key.endswith("_seconds")
 
     return [
         {k: v for k, v in r.items() if not clocked(k)} for r in records if r["event"] != "resume"
