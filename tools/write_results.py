@@ -31,7 +31,7 @@ README = REPO / "README.md"
 COMPARISON = REPO / "docs" / "comparison.md"
 #: Which comparison block goes where, and which report sections it holds.
 COMPARE_BLOCKS = {
-    "README": ("compare", ("Mean over seeds", "What drives the gain")),
+    "README": ("compare", ("Mean over seeds", "Claims", "What drives the gain")),
     "COMPARISON": (
         "compare",
         ("Mean over seeds", "Budget and shared settings", "Claims", "What drives the gain"),
