@@ -159,6 +159,25 @@ def detection_summary(records: Sequence[dict[str, Any]]) -> dict[str, float | No
     return {"noisy_f1": last.get("noisy_f1"), **hard, "weight_auc": auc}
 
 
+def _summed_spans(records: Sequence[dict[str, Any]], key: str, strict: bool) -> float | None:
+    """The span of the records' ``key`` stamps, summed over attempts (a ``resume`` record
+    starts a new one). ``strict``: every timestamped record must carry a finite ``key``
+    stamp, else None; otherwise records without one are skipped. None without stamps."""
+    attempts: list[list[float]] = [[]]
+    for record in records:
+        if record.get("event") == "resume" and attempts[-1]:
+            attempts.append([])
+        if strict and "time" not in record:
+            continue
+        stamp = record.get(key)
+        if isinstance(stamp, (int, float)) and math.isfinite(stamp):
+            attempts[-1].append(float(stamp))
+        elif strict:
+            return None
+    spans = [max(a) - min(a) for a in attempts if a]
+    return sum(spans) if spans else None
+
+
 def wall_seconds(records: Sequence[dict[str, Any]]) -> float | None:
     """Training wall time: the span of the records' ``time`` stamps, summed over attempts.
 
@@ -167,15 +186,7 @@ def wall_seconds(records: Sequence[dict[str, Any]]) -> float | None:
     the work it redid is counted once). Data opening before the ``setup`` record is not
     included. None when the records carry no timestamps.
     """
-    attempts: list[list[float]] = [[]]
-    for record in records:
-        if record.get("event") == "resume" and attempts[-1]:
-            attempts.append([])
-        stamp = record.get("time")
-        if isinstance(stamp, (int, float)) and math.isfinite(stamp):
-            attempts[-1].append(float(stamp))
-    spans = [max(a) - min(a) for a in attempts if a]
-    return sum(spans) if spans else None
+    return _summed_spans(records, "time", strict=False)
 
 
 def cpu_seconds(records: Sequence[dict[str, Any]]) -> float | None:
@@ -183,18 +194,7 @@ def cpu_seconds(records: Sequence[dict[str, Any]]) -> float | None:
     (``time.process_time``), summed over attempts as :func:`wall_seconds` sums the wall
     time. Unlike the wall time it does not grow with what else the machine runs. None where
     a timestamped record lacks the stamp (runs recorded before it was written)."""
-    attempts: list[list[float]] = [[]]
-    for record in records:
-        if record.get("event") == "resume" and attempts[-1]:
-            attempts.append([])
-        if "time" not in record:
-            continue
-        stamp = record.get("cpu")
-        if not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
-            return None
-        attempts[-1].append(float(stamp))
-    spans = [max(a) - min(a) for a in attempts if a]
-    return sum(spans) if spans else None
+    return _summed_spans(records, "cpu", strict=True)
 
 
 def _noise_ratio(config: dict[str, Any], setup: dict[str, Any]) -> tuple[float | None, str]:
