@@ -109,6 +109,25 @@ def test_clip_trains_evaluates_and_resumes_exactly(run_clip, tool, tmp_path: Pat
         torch.testing.assert_close(tensor, other["model"][name], rtol=1e-5, atol=1e-6)
 
 
+def test_ugncl_on_two_clip_views_trains_and_evaluates_from_its_checkpoint(
+    tool, clip_world: Path, random_weights: Path, tmp_path: Path
+) -> None:
+    """W = 2 image heads: the checkpoint keeps them and eval.py ranks as the run's test did."""
+    args = clip_overrides(clip_world, random_weights, tmp_path, "views", "train.epochs=1")
+    argv = ["--cfg", "ugncl_clip_synthetic", "--set", *args, "model.clip.num_views=2"]
+    assert tool("train").main(argv) == 0
+    run = tmp_path / "views"
+    test = next(r for r in read_metrics(run) if r["event"] == "test")
+    best = run / "checkpoints" / "best.pt"
+    state = torch.load(best, weights_only=True)
+    assert state["model_config"]["num_views"] == 2 and state["model"]["view_heads"].shape[0] == 2
+    out = tmp_path / "eval.json"
+    assert tool("eval").main([str(best), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["results"]["full"]["rsum"] == pytest.approx(
+        test["rsum"], abs=1e-4
+    )
+
+
 def test_the_clean_pairs_oracle_trains_on_the_correct_pairs_only(run_clip, tmp_path) -> None:
     assert run_clip("oracle", "train.epochs=1", "method.infonce.train_pairs=clean") == 0
     records = read_metrics(tmp_path / "oracle")

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from precomputed.split import training_noise
 from ugncl.core.errors import ConfigError
 
-from .adapter import CLIPSimilarity, build_clip
+from .adapter import DEFAULT_VIEW_SPREAD, CLIPSimilarity, build_clip
 from .loading import WEIGHTS_FORMAT_KEY, WeightsError, read_weights
 from .models import TINY_MODEL
 from .run_data import CLIPRunData, ImageEvalData, open_clip_split, pixel_source
@@ -55,13 +55,21 @@ class CLIPConfig:
             "CLIP weights".
         image_size: override of the architecture's image size (null: keep).
         context_length: override of the text context (null: keep).
+        num_views: W image projection heads on the image tower (UGNCL's W views); 1 is the
+            plain model, and the methods that read one score per pair need it.
+        view_spread: relative size of the extra heads' random start
+            (:func:`~ugncl.backbones.clip.adapter.init_view_heads`).
     """
+
+    RANGES: ClassVar[dict[str, str]] = {"num_views": "[1,64]", "view_spread": ">=0"}
 
     name: str = TINY_MODEL  # open_clip architecture (ViT-B-32 for the paper settings)
     pretrained: str | None = None  # local weights file, must be set (`random`: random init)
     quick_gelu: bool | None = None  # null: the file decides (OpenAI weights -> true)
     image_size: int | None = None  # null: the architecture's
     context_length: int | None = None  # null: the architecture's
+    num_views: int = 1  # W image projection heads (1 = the plain model)
+    view_spread: float = DEFAULT_VIEW_SPREAD  # extra heads start ~0.3 rad from head 0
 
 
 def pretrained_path(config: CLIPConfig) -> str | None:
@@ -100,6 +108,7 @@ def build_clip_backbone(config: CLIPConfig, data: Any = None) -> CLIPSimilarity:
         model = build_clip(
             config.name, pretrained_path(config), config.quick_gelu,
             image_size=config.image_size, context_length=config.context_length,
+            num_views=config.num_views, view_spread=config.view_spread,
         )  # fmt: skip
     except (WeightsError, ValueError) as err:
         if isinstance(err, ConfigError):
@@ -116,6 +125,8 @@ def clip_from_config(config: dict[str, Any]) -> CLIPSimilarity:
     model = build_clip(
         config["model_name"], None, config["quick_gelu"],
         image_size=config["image_size"], context_length=config["context_length"],
+        num_views=config.get("num_views", 1),
+        view_spread=config.get("view_spread", DEFAULT_VIEW_SPREAD),
     )  # fmt: skip
     model.config["pretrained"] = config.get("pretrained")
     return model

@@ -101,3 +101,58 @@ def test_score_all_pairs_view_reduce(tiny):
     cap = torch.nn.functional.normalize(torch.randn(7, 128), dim=1)
     got = tiny.score_all_pairs(img, cap, None, memory_budget_bytes=12, view_reduce=lambda r: r[0])
     torch.testing.assert_close(got, tiny.score(img, cap)[0].detach())
+
+
+@pytest.fixture(scope="module")
+def three_views():
+    torch.manual_seed(0)
+    return build_clip(TINY_MODEL, num_views=3, view_spread=0.3).eval()
+
+
+def test_view_heads_score_w_views_and_head_zero_is_the_pretrained_projection(three_views, tiny):
+    pixels, tokens, lengths = _inputs(three_views)
+    plain = build_clip(TINY_MODEL).eval()
+    plain.load_state_dict({k: v for k, v in three_views.state_dict().items() if k != "view_heads"})
+    img = three_views.encode_images(pixels)
+    assert img.shape == (3, 3, 128)  # images on axis 0, then views
+    torch.testing.assert_close(img.norm(dim=-1), torch.ones(3, 3))
+    torch.testing.assert_close(img[:, 0], plain.encode_images(pixels))
+    raw = three_views(pixels, tokens, lengths)
+    assert raw.shape == (3, 3, 4)
+    torch.testing.assert_close(raw[0], plain(pixels, tokens, lengths)[0])
+    # the extra heads start apart from head 0 by about view_spread (0.3 rad ~ cos 0.956)
+    cos = (img[:, 1:] * img[:, :1]).sum(-1)
+    assert bool(((cos > 0.9) & (cos < 0.99)).all()), cos
+
+
+def test_view_heads_blocks_equal_the_dense_product_and_views_get_own_gradients(three_views):
+    g = torch.Generator().manual_seed(3)
+    img = torch.nn.functional.normalize(torch.randn(6, 3, 128, generator=g), dim=-1)
+    cap = torch.nn.functional.normalize(torch.randn(9, 128, generator=g), dim=-1)
+    got = three_views.score_all_pairs(img, cap, None, memory_budget_bytes=4 * 3 * 6 * 2)
+    torch.testing.assert_close(got, three_views.score(img, cap).detach())
+    pixels, tokens, lengths = _inputs(three_views)
+    three_views.zero_grad()
+    three_views(pixels, tokens, lengths)[1].sum().backward()  # a loss on view 1 alone
+    grad = three_views.view_heads.grad
+    assert grad[1].abs().sum() > 0 and grad[0].abs().sum() == 0 and grad[2].abs().sum() == 0
+    three_views.zero_grad()
+
+
+def test_view_heads_survive_the_checkpoint_config_and_refuse_a_weights_file(tmp_path, three_views):
+    from ugncl.backbones.clip.adapter import save_clip_weights
+    from ugncl.backbones.clip.backbone import clip_from_config
+
+    again = clip_from_config(three_views.config)
+    again.load_state_dict(three_views.state_dict())  # strict: the heads have a place
+    assert again.num_views == 3 and again.config == three_views.config
+    with pytest.raises(ValueError, match="3 view heads"):
+        save_clip_weights(three_views, tmp_path / "w.pt")
+
+
+def test_an_old_checkpoint_config_without_views_rebuilds_one_view(tiny):
+    from ugncl.backbones.clip.backbone import clip_from_config
+
+    old = {k: v for k, v in tiny.config.items() if k not in ("num_views", "view_spread")}
+    again = clip_from_config(old)
+    assert again.num_views == 1 and again.view_heads is None
