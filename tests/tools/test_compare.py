@@ -179,6 +179,9 @@ def test_the_cost_ratio_divides_cpu_seconds_where_every_row_has_them() -> None:
     assert cpu_seconds(records) == 9.0 + 5.0 and wall_seconds(records) == 30.0 + 20.0
     assert cpu_seconds([{"event": "val", "time": 1.0}]) is None  # recorded before the stamp
     assert cpu_seconds([{"event": "setup"}]) is None
+    # rank 0 writes a multi-process run's records: its CPU stamps are not the run's compute
+    ranks = [{"event": "distributed", "world": 2, "time": 1.0, "cpu": 1.0}, *records]
+    assert cpu_seconds(ranks) is None and wall_seconds(ranks) is not None
     test = {"event": "test", "epoch": 0, "step": 5, "rsum": 10.0, "time": 70.0, "cpu": 7.0}
     config = _config("triplet", "sgraf", "synth", 0.5, 0)
     for device, expected in (("cpu", 7.0), ("cuda:0", None)):  # a GPU's work is not CPU time

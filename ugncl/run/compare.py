@@ -193,7 +193,11 @@ def cpu_seconds(records: Sequence[dict[str, Any]]) -> float | None:
     """Training CPU seconds of the run's process: the span of the records' ``cpu`` stamps
     (``time.process_time``), summed over attempts as :func:`wall_seconds` sums the wall
     time. Unlike the wall time it does not grow with what else the machine runs. None where
-    a timestamped record lacks the stamp (runs recorded before it was written)."""
+    a timestamped record lacks the stamp (runs recorded before it was written), and for a
+    run that trained in several processes (a ``distributed`` record of world > 1): rank 0
+    writes the records, so its stamps leave the other ranks' compute out."""
+    if any(r.get("event") == "distributed" and int(r.get("world", 1)) > 1 for r in records):
+        return None
     return _summed_spans(records, "cpu", strict=True)
 
 

@@ -209,8 +209,9 @@ def budget_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
             out.append(f"- {backbone}: `cost x plain` divides the runs' CPU seconds per epoch.")
         else:
             out.append(f"- {backbone}: `cost x plain` divides wall seconds per epoch (not every "
-                       "run recorded its CPU seconds): it also counts what else the machine "
-                       "ran at the time.")  # fmt: skip
+                       "run has CPU seconds: recorded before the stamp, on an accelerator or in "
+                       "several processes): it also counts what else the machine ran at the "
+                       "time.")  # fmt: skip
         if len(steps) > 1:
             counts: dict[Any, list[str]] = {}
             for r in mine:
