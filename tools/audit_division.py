@@ -23,6 +23,12 @@ names its image's place, and few others, divides by the place word alone.
 ROC-AUC (clean vs noisy) in one order and averaged over the R, and the clean share of the
 top-ranked pairs (as many as are clean). An average that separates no better than one order
 says the division's errors are the pairs' (the model's scores), not their batches'.
+
+``--spread`` asks whether the model's scores still depend on the pair (a run that learns
+nothing): the scores' spread and the diagonal's margin within a batch, and on SGRAF the
+spread over the batch's pairs of the similarity vector the score is read from
+(:func:`ugncl.run.division_audit.score_spread`). Scores of one value with a vector that
+still varies are saturated; a vector of one value is a head that no longer reads its input.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from ugncl.run.division_audit import (
     audit_division,
     divide_split,
     label_separation,
+    score_spread,
     soft_labels_split,
 )
 from ugncl.run.training import load_resume_config
@@ -89,6 +96,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--draws", type=int, default=None, metavar="R",
         help="also rank the trained pairs by their soft labels in R batch orders (seeds SEED "
         "to SEED + R - 1): ROC-AUC of one order and of the mean",
+    )  # fmt: skip
+    parser.add_argument(
+        "--spread", action="store_true",
+        help="also report whether the scores depend on the pair: their spread within a "
+        "batch, and on SGRAF the spread of the similarity vector they are read from",
     )  # fmt: skip
     parser.add_argument(
         "--places", action="store_true",
@@ -225,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         result["soft_labels"] = label_separation(
             labels, split.clean, draws=args.draws, seed=args.seed
         )
+    if args.spread:
+        head = getattr(getattr(model, "sim_enc", None), "sim_eval_w", None)  # SGRAF's last layer
+        result["spread"] = score_spread(
+            model, split, batch_size=K, seed=args.seed, device=device, head_input=head
+        )
     header = {"run": str(run), "checkpoint": str(ckpt), "batch_size": K, "lambda": lam,
               "pairs": split.num_captions, "noisy": int((~split.clean).sum()),
               "data_root": args.data_root or config.data.root,
@@ -269,6 +286,17 @@ def _table(header: dict[str, Any], result: dict[str, Any]) -> str:
             f"{_fmt(labels['auc_mean']).strip()}; clean share of the top-ranked "
             f"{_fmt(labels['top_clean_share']).strip()}"
         )
+    spread = result.get("spread")
+    if spread is not None:
+        lines.append(
+            f"  scores within a batch: mean {spread['score_mean']:.3f}, sd "
+            f"{spread['score_std']:.4f}, diagonal minus mean {spread['margin']:.4f}"
+        )
+        if spread["input_spread"] is not None:
+            lines.append(
+                f"  similarity vector: spread over the pairs {spread['input_spread']:.4f} of "
+                f"its magnitude, norm {spread['input_norm']:.3f}"
+            )
     return "\n".join(lines)
 
 

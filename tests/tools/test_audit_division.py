@@ -54,6 +54,15 @@ def test_audit_ranks_the_soft_labels_over_batch_orders(tool, ugncl_run, capsys) 
     assert capsys.readouterr().err.startswith("error: --draws must be >= 1")
 
 
+def test_audit_reports_whether_the_scores_depend_on_the_pair(tool, ugncl_run, capsys) -> None:
+    audit = tool("audit_division").main
+    assert audit([str(ugncl_run), "--json", "--spread"]) == 0
+    spread = json.loads(capsys.readouterr().out)["spread"]
+    assert spread["score_std"] > 0 and spread["input_spread"] > 0 and spread["input_norm"] > 0
+    assert audit([str(ugncl_run), "--spread"]) == 0
+    assert "similarity vector: spread over the pairs" in capsys.readouterr().out
+
+
 def test_audit_breaks_the_division_down_by_the_place_the_caption_names(
     tool, ugncl_run, capsys
 ) -> None:

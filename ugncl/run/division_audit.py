@@ -15,7 +15,9 @@ as clean rises from fresh to trained by what the model memorised. ``tools/audit_
 runs it on a run directory.
 
 :func:`label_separation` asks a second question of the same model: are the division's errors
-the pairs' own or their batches' (the rivals a batch happens to hold)?
+the pairs' own or their batches' (the rivals a batch happens to hold)? :func:`score_spread` a
+third, of a model that divides nothing: do its scores still depend on the pair, or has every
+pair of a batch one score?
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "kept_as_clean",
     "kept_by_group",
     "label_separation",
+    "score_spread",
     "soft_labels_split",
 ]
 
@@ -259,4 +262,69 @@ def audit_division(
             out[name]["groups"] = kept_by_group(sets, clean, groups)
     kept = out["trained"]["noisy_kept"], out["fresh"]["noisy_kept"]
     out["memorised"] = None if kept[0] is None else kept[0] - kept[1]
+    return out
+
+
+def score_spread(
+    model: nn.Module,
+    split: PrecomputedSplit,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    head_input: nn.Module | None = None,
+) -> dict[str, float | None]:
+    """Whether a model's scores still depend on the pair, over ``split``'s pairs in seeded
+    batches of ``batch_size`` (eval mode), averaged over the batches.
+
+    A model whose every score of a batch is one value ranks nothing: the triplet term then
+    sits at ``2 x margin x K``. That happens when the scores saturate (each is at the flat end
+    of its function) or when the head's input stops depending on the pair (the similarity
+    vector it reads is one vector for every pair); ``head_input`` (a module whose input is
+    the per-pair vector the score is read from, SGRAF's ``sim_enc.sim_eval_w``) tells which.
+
+    Returns:
+        ``score_mean``: the raw scores' mean; ``score_std``: their standard deviation within
+        a batch's ``(W, K, K)`` block; ``margin``: the diagonal's mean minus the block's;
+        ``input_spread``: per dimension of the head's input, the standard deviation over the
+        batch's pairs over its root mean square (mean over dimensions; 0 when every pair's
+        vector is the same), None without ``head_input``; ``input_norm``: that vector's mean
+        norm.
+    """
+    data = PrecomputedTrainingData(split)
+    order = epoch_order(data.num_samples, seed, 0)
+    inputs: list[Tensor] = []
+    hook = None
+    if head_input is not None:
+        hook = head_input.register_forward_hook(lambda mod, args, out: inputs.append(args[0]))
+    sums = {"score_mean": 0.0, "score_std": 0.0, "margin": 0.0, "input_spread": 0.0,
+            "input_norm": 0.0}  # fmt: skip
+    batches = 0
+    try:
+        with eval_mode(model), torch.no_grad():
+            for idx in batch_indices(order, batch_size, drop_last=True):
+                batch = data.collate([data.dataset[i] for i in idx]).to(device)
+                inputs.clear()
+                raw = model(batch.images, batch.captions, batch.lengths).float()
+                diag = torch.diagonal(raw, dim1=-2, dim2=-1)
+                sums["score_mean"] += float(raw.mean())
+                sums["score_std"] += float(raw.std())
+                sums["margin"] += float(diag.mean() - raw.mean())
+                if inputs:
+                    vec = torch.cat([v.reshape(-1, v.shape[-1]) for v in inputs]).float()
+                    rms = vec.square().mean(0).sqrt().clamp_min(1e-12)
+                    sums["input_spread"] += float((vec.std(0) / rms).mean())
+                    sums["input_norm"] += float(vec.norm(dim=-1).mean())
+                batches += 1
+    finally:
+        if hook is not None:
+            hook.remove()
+    if batches == 0:
+        raise ValueError(
+            f"{split.num_captions} pairs make no whole batch of {batch_size}; pass a smaller "
+            "batch size"
+        )
+    out: dict[str, float | None] = {k: v / batches for k, v in sums.items()}
+    if head_input is None:
+        out["input_spread"] = out["input_norm"] = None
     return out

@@ -20,6 +20,7 @@ from ugncl.run.division_audit import (
     kept_as_clean,
     kept_by_group,
     label_separation,
+    score_spread,
 )
 
 N_IMG, CPI = 12, 2
@@ -158,3 +159,38 @@ def test_label_separation_tells_the_pairs_errors_from_their_batches() -> None:
     assert perfect["auc_one_order"] == 1.0 and perfect["top_clean_share"] == 1.0
     with pytest.raises(ValueError, match="draws must be >= 1"):
         label_separation(by_pair, clean, draws=0)
+
+
+class VectorHead(nn.Module):
+    """Scores read by ``readout`` from a per-pair vector ``[match, 1] * scale + offset``: its
+    pair-dependent part and a part that is the same for every pair."""
+
+    def __init__(self, split, scale: float, offset: float) -> None:
+        super().__init__()
+        self.scripted = ScriptedScorer(split, lambda i, k: i == k // CPI)
+        self.scale, self.offset = scale, offset
+        self.readout = nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            self.readout.weight.copy_(torch.tensor([[1.0, -1.0]]))
+
+    def forward(self, images: Tensor, captions: Tensor, lengths: Tensor) -> Tensor:
+        match = self.scripted(images, captions, lengths)[0]
+        vec = torch.stack([match * self.scale, torch.ones_like(match)], dim=-1) + self.offset
+        return self.readout(vec).squeeze(-1).unsqueeze(0)
+
+
+def test_score_spread_tells_a_head_that_reads_its_input_from_one_that_does_not(
+    noisy_split,
+) -> None:
+    spread = partial(score_spread, split=noisy_split, batch_size=6)
+    reads = VectorHead(noisy_split, scale=1.0, offset=0.0)
+    got = spread(reads, head_input=reads.readout)
+    assert got["score_std"] > 0.1 and got["input_spread"] > 0.1
+    # the same head with the pair-dependent part drowned by a vector common to every pair
+    drowned = VectorHead(noisy_split, scale=1e-3, offset=50.0)
+    flat = spread(drowned, head_input=drowned.readout)
+    assert flat["score_std"] < 1e-3 and flat["input_spread"] < 1e-4
+    assert flat["input_norm"] > 50 * got["input_norm"] / 2
+    assert spread(reads)["input_spread"] is None  # no head to read: scores only
+    with pytest.raises(ValueError, match="no whole batch"):
+        spread(reads, batch_size=1000)
