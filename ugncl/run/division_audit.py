@@ -22,7 +22,7 @@ pair of a batch one score?
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,15 +138,29 @@ def _per_pair(
     fill: float,
 ) -> np.ndarray:
     # fn of each seeded batch's raw scores (eval mode), scattered back to dataset order.
-    data = PrecomputedTrainingData(split)
-    order = epoch_order(data.num_samples, seed, 0)
-    out = np.full(data.num_samples, fill, dtype=dtype)
+    out = np.full(split.num_captions, fill, dtype=dtype)
     with eval_mode(model):
-        for idx in batch_indices(order, batch_size, drop_last=False):
-            batch = data.collate([data.dataset[i] for i in idx]).to(device)
-            raw = model(batch.images, batch.captions, batch.lengths).float()
+        for idx, raw in _seeded_scores(model, split, batch_size, seed, device, drop_last=False):
             out[np.asarray(idx)] = fn(raw).detach().cpu().numpy()
     return out
+
+
+def _seeded_scores(
+    model: nn.Module,
+    split: PrecomputedSplit,
+    batch_size: int,
+    seed: int,
+    device: torch.device | str,
+    *,
+    drop_last: bool,
+) -> Iterator[tuple[Sequence[int], Tensor]]:
+    """``(sample indices, raw (W, K, K) float32 scores)`` of ``split``'s pairs in the seeded
+    batches of an epoch's order (the caller sets the model's mode)."""
+    data = PrecomputedTrainingData(split)
+    order = epoch_order(data.num_samples, seed, 0)
+    for idx in batch_indices(order, batch_size, drop_last=drop_last):
+        batch = data.collate([data.dataset[i] for i in idx]).to(device)
+        yield idx, model(batch.images, batch.captions, batch.lengths).float()
 
 
 def label_separation(
@@ -291,8 +305,6 @@ def score_spread(
         vector is the same), None without ``head_input``; ``input_norm``: that vector's mean
         norm.
     """
-    data = PrecomputedTrainingData(split)
-    order = epoch_order(data.num_samples, seed, 0)
     inputs: list[Tensor] = []
     hook = None
     if head_input is not None:
@@ -302,10 +314,8 @@ def score_spread(
     batches = 0
     try:
         with eval_mode(model), torch.no_grad():
-            for idx in batch_indices(order, batch_size, drop_last=True):
-                batch = data.collate([data.dataset[i] for i in idx]).to(device)
-                inputs.clear()
-                raw = model(batch.images, batch.captions, batch.lengths).float()
+            batches_of = _seeded_scores(model, split, batch_size, seed, device, drop_last=True)
+            for _, raw in batches_of:
                 diag = torch.diagonal(raw, dim1=-2, dim2=-1)
                 sums["score_mean"] += float(raw.mean())
                 sums["score_std"] += float(raw.std())
@@ -315,6 +325,7 @@ def score_spread(
                     rms = vec.square().mean(0).sqrt().clamp_min(1e-12)
                     sums["input_spread"] += float((vec.std(0) / rms).mean())
                     sums["input_norm"] += float(vec.norm(dim=-1).mean())
+                inputs.clear()  # the next batch's forward appends its own blocks
                 batches += 1
     finally:
         if hook is not None:
