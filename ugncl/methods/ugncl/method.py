@@ -53,21 +53,28 @@ DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses
 REFERENCE_STREAM = 2
 
 
-def clean_info_nce(logits: Tensor, sets: Tensor) -> Tensor:
+def clean_info_nce(logits: Tensor, sets: Tensor, soft_label: Tensor | None = None) -> Tensor:
     """The backbone's symmetric InfoNCE over the pairs a division keeps as clean.
 
     Args:
         logits: ``(W, K, K)`` raw model scores of a batch (CLIP: logit scale x cosine), rows
             images, columns captions; every caption of the batch is a negative of every row.
         sets: ``(K,)`` division set codes of the batch's pairs.
+        soft_label: ``(K,)`` the division's training labels (1 clean, 0 noisy, Eq. 11's
+            soft label for hard pairs), or None. Given, each pair's InfoNCE is weighted by
+            its label (``clean_infonce_weights: label``) instead of by its call.
 
     Returns:
-        0-dim: per view, the mean InfoNCE of the clean-called pairs (0 with none), averaged
-        over views.
+        0-dim: per view, the weighted mean InfoNCE of the batch's pairs (weight 1 for a
+        clean call and 0 for a noisy one, or the soft label; 0 when every weight is 0),
+        averaged over views.
     """
-    clean = called_clean(sets.to(logits.device)).float()
+    if soft_label is None:
+        weights = called_clean(sets.to(logits.device)).float()
+    else:
+        weights = soft_label.to(logits.device).float().clamp(0.0, 1.0)
     views = [
-        weighted_mean(info_nce_per_sample(view), clean, normalise=True) for view in logits.float()
+        weighted_mean(info_nce_per_sample(view), weights, normalise=True) for view in logits.float()
     ]
     return torch.stack(views).mean()
 
@@ -89,6 +96,7 @@ class UGNCLConfig:
         "division_start": START_MODES,
         "lambda_clock": ("division", "global", "epoch"),
         "reading": ("paper", "release", "package"),
+        "clean_infonce_weights": ("called", "label"),
     }
     # The keys each reading sets (docs/methods/ugncl.md, "Readings", lists them with the
     # equation each one reads): package is this dataclass's defaults plus the pre-filter;
@@ -242,6 +250,11 @@ class UGNCLConfig:
     # added to Eq. 18 after the division starts. 0 (paper; default): Eq. 18 alone. Not in any
     # paper of the lineage (docs/methods/ugncl.md, "The backbone's loss on the kept pairs").
     clean_infonce: float = 0.0
+    # Which pairs that InfoNCE weighs: called (1 for a clean or hard-clean call, 0 otherwise)
+    # or label (the division's training label: 1 clean, 0 noisy, Eq. 11's soft label for the
+    # hard pairs, so a pair the division is unsure of counts in part, as a weight method's
+    # pair does).
+    clean_infonce_weights: str = "called"
     start_separation: float = 2.0
     start_agreement: float = 0.5
     start_max_wait: int = 6
@@ -560,7 +573,8 @@ class UGNCLMethod(Method):
             **common,
         )
         if self.config.clean_infonce > 0:
-            terms["loss_nce"] = self.config.clean_infonce * clean_info_nce(logits, sets)
+            label = soft_label if self.config.clean_infonce_weights == "label" else None
+            terms["loss_nce"] = self.config.clean_infonce * clean_info_nce(logits, sets, label)
         return terms
 
     @staticmethod

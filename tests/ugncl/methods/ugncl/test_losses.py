@@ -435,6 +435,26 @@ def test_clean_info_nce_is_the_backbones_loss_over_the_kept_pairs_only() -> None
     assert none.item() == 0.0
 
 
+def test_clean_info_nce_by_label_weighs_each_pair_by_its_training_label() -> None:
+    """``clean_infonce_weights: label``: each pair's InfoNCE counts by the division's label
+    (1 clean, 0 noisy, the soft label of a hard pair); 0/1 labels give the called-clean loss,
+    and a hard pair's soft label moves the loss towards its own InfoNCE."""
+    from ugncl.methods.infonce import info_nce_per_sample
+    from ugncl.methods.ugncl.method import clean_info_nce
+
+    torch.manual_seed(1)
+    logits = 10 * torch.randn(2, 4, 4)
+    sets = torch.tensor([CLEAN, NOISY, HARD_CLEAN, HARD_NOISY])
+    crisp = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    assert torch.allclose(clean_info_nce(logits, sets, crisp), clean_info_nce(logits, sets))
+    soft = torch.tensor([1.0, 0.0, 0.7, 0.2])
+    expected = torch.stack(
+        [(info_nce_per_sample(v) * soft).sum() / soft.sum() for v in logits]
+    ).mean()
+    assert torch.allclose(clean_info_nce(logits, sets, soft), expected)
+    assert not torch.allclose(expected, clean_info_nce(logits, sets))
+
+
 def test_clean_info_nce_without_kept_pairs_has_a_zero_gradient_at_any_weight() -> None:
     """A batch whose pairs are all called noisy: the loss is 0 and so is its gradient, also
     under a large loss weight (the normalised mean's tiny denominator used to overflow the
