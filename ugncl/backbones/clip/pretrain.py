@@ -201,10 +201,11 @@ class PretrainConfig:
     no decay for gains, biases and logit_scale); linear warm-up then cosine, in optimiser steps.
     """
 
-    # 5000 steps on a pool of 20000 (about 20 min on one core): zero-shot test rSum 176 on the
-    # default world (400 steps: 121; 2500: 165) and 337 on the counting world (2500: 281)
-    # (docs/research/2026-11-28-clip-worlds.md).
-    steps: int = 5000
+    # 10000 steps on a pool of 20000 (about 38 min on one core): zero-shot test rSum 218 on
+    # the default world (400 steps: 121; 2500: 165; 5000: 176) and 396 on the counting world
+    # (2500: 281; 5000: 337), where the clean fine-tune passes 350 and 50% noise costs the
+    # plain fine-tune over 10% (docs/research/2026-11-29-clip-regime.md).
+    steps: int = 10000
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.2
