@@ -60,14 +60,13 @@ def clean_info_nce(logits: Tensor, sets: Tensor, soft_label: Tensor | None = Non
         logits: ``(W, K, K)`` raw model scores of a batch (CLIP: logit scale x cosine), rows
             images, columns captions; every caption of the batch is a negative of every row.
         sets: ``(K,)`` division set codes of the batch's pairs.
-        soft_label: ``(K,)`` the division's training labels (1 clean, 0 noisy, Eq. 11's
-            soft label for hard pairs), or None. Given, each pair's InfoNCE is weighted by
-            its label (``clean_infonce_weights: label``) instead of by its call.
+        soft_label: ``(K,)`` per-pair weights in [0, 1] (``clean_infonce_weights:
+            soft_label``: Eq. 11's soft label of every pair on the batch's own scores), or
+            None: weight 1 for a pair called clean and 0 for one called noisy.
 
     Returns:
-        0-dim: per view, the weighted mean InfoNCE of the batch's pairs (weight 1 for a
-        clean call and 0 for a noisy one, or the soft label; 0 when every weight is 0),
-        averaged over views.
+        0-dim: per view, the weighted mean InfoNCE of the batch's pairs (0 when every
+        weight is 0), averaged over views.
     """
     if soft_label is None:
         weights = called_clean(sets.to(logits.device)).float()
@@ -96,7 +95,7 @@ class UGNCLConfig:
         "division_start": START_MODES,
         "lambda_clock": ("division", "global", "epoch"),
         "reading": ("paper", "release", "package"),
-        "clean_infonce_weights": ("called", "label"),
+        "clean_infonce_weights": ("called", "soft_label"),
     }
     # The keys each reading sets (docs/methods/ugncl.md, "Readings", lists them with the
     # equation each one reads): package is this dataclass's defaults plus the pre-filter;
@@ -250,10 +249,10 @@ class UGNCLConfig:
     # added to Eq. 18 after the division starts. 0 (paper; default): Eq. 18 alone. Not in any
     # paper of the lineage (docs/methods/ugncl.md, "The backbone's loss on the kept pairs").
     clean_infonce: float = 0.0
-    # Which pairs that InfoNCE weighs: called (1 for a clean or hard-clean call, 0 otherwise)
-    # or label (the division's training label: 1 clean, 0 noisy, Eq. 11's soft label for the
-    # hard pairs, so a pair the division is unsure of counts in part, as a weight method's
-    # pair does).
+    # How that InfoNCE weighs the batch's pairs: called (1 for a clean or hard-clean call of
+    # the division, 0 otherwise) or soft_label (every pair by its soft label y_i, Eq. 11 with
+    # the rule of soft_label, on the batch's own scores, detached: a pair counts by how much
+    # of its evidence backs its own caption, as a weight method's pair counts by its weight).
     clean_infonce_weights: str = "called"
     start_separation: float = 2.0
     start_agreement: float = 0.5
@@ -573,9 +572,19 @@ class UGNCLMethod(Method):
             **common,
         )
         if self.config.clean_infonce > 0:
-            label = soft_label if self.config.clean_infonce_weights == "label" else None
-            terms["loss_nce"] = self.config.clean_infonce * clean_info_nce(logits, sets, label)
+            weights = None
+            if self.config.clean_infonce_weights == "soft_label":
+                weights = self.pair_soft_labels(raw.detach(), lam)
+            terms["loss_nce"] = self.config.clean_infonce * clean_info_nce(logits, sets, weights)
         return terms
+
+    def pair_soft_labels(self, raw: Tensor, lam: int) -> Tensor:
+        """``(K,)`` Eq. 11's soft label of every pair of a batch from its raw scores
+        ``(W, K, K)`` (fused bidirectional evidence, the rule of ``soft_label``), whether the
+        division called the pair determined or hard."""
+        c = self.config
+        log_e = fused_log_evidence(raw, tau=c.tau, floor=c.evidence_floor, function=c.evidence)
+        return hard_soft_label(log_e, c.soft_label, self._division_lambda(lam)).float()
 
     @staticmethod
     def scores(model: nn.Module, batch: PairBatch) -> Tensor:

@@ -435,10 +435,10 @@ def test_clean_info_nce_is_the_backbones_loss_over_the_kept_pairs_only() -> None
     assert none.item() == 0.0
 
 
-def test_clean_info_nce_by_label_weighs_each_pair_by_its_training_label() -> None:
-    """``clean_infonce_weights: label``: each pair's InfoNCE counts by the division's label
-    (1 clean, 0 noisy, the soft label of a hard pair); 0/1 labels give the called-clean loss,
-    and a hard pair's soft label moves the loss towards its own InfoNCE."""
+def test_clean_info_nce_by_soft_label_weighs_each_pair_by_its_weight() -> None:
+    """``clean_infonce_weights: soft_label``: each pair's InfoNCE counts by its weight; the
+    weights of the division's calls (1 clean, 0 noisy) give the called-clean loss, and soft
+    weights give the weighted mean of every pair's InfoNCE."""
     from ugncl.methods.infonce import info_nce_per_sample
     from ugncl.methods.ugncl.method import clean_info_nce
 
@@ -465,3 +465,19 @@ def test_clean_info_nce_without_kept_pairs_has_a_zero_gradient_at_any_weight() -
     loss = 1e6 * clean_info_nce(logits, torch.full((6,), NOISY))
     loss.backward()
     assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))
+
+
+def test_pair_soft_labels_rank_a_pair_by_how_much_of_its_evidence_backs_its_own_caption() -> None:
+    """``clean_infonce_weights: soft_label`` weighs each pair by Eq. 11's soft label on the
+    batch's own scores: a pair whose caption scores far above its rivals weighs more than
+    one whose caption scores below a rival, whatever the division called them."""
+    from ugncl.methods.ugncl.method import UGNCLMethod
+
+    method = UGNCLMethod(clean_infonce=1.0, clean_infonce_weights="soft_label")
+    raw = torch.full((1, 4, 4), 0.1)
+    raw[0, 0, 0] = 0.9  # pair 0: its own caption far above the rest
+    raw[0, 1, 1], raw[0, 1, 2] = 0.2, 0.6  # pair 1: a rival caption above its own
+    raw[0, 2, 2] = raw[0, 3, 3] = 0.5
+    weights = method.pair_soft_labels(raw, lam=3)
+    assert weights.shape == (4,) and bool(((weights >= 0) & (weights <= 1)).all())
+    assert weights[0] > weights[2] > weights[1]
