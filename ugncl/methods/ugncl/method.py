@@ -53,14 +53,14 @@ DIVISION_STREAM = 1  # RNG stream of the division order (the training order uses
 REFERENCE_STREAM = 2
 
 
-def clean_info_nce(logits: Tensor, sets: Tensor, soft_label: Tensor | None = None) -> Tensor:
+def clean_info_nce(logits: Tensor, sets: Tensor, weights: Tensor | None = None) -> Tensor:
     """The backbone's symmetric InfoNCE over the pairs a division keeps as clean.
 
     Args:
         logits: ``(W, K, K)`` raw model scores of a batch (CLIP: logit scale x cosine), rows
             images, columns captions; every caption of the batch is a negative of every row.
         sets: ``(K,)`` division set codes of the batch's pairs.
-        soft_label: ``(K,)`` per-pair weights in [0, 1] (``clean_infonce_weights:
+        weights: ``(K,)`` per-pair weights in [0, 1] (``clean_infonce_weights:
             soft_label``: Eq. 11's soft label of every pair on the batch's own scores), or
             None: weight 1 for a pair called clean and 0 for one called noisy.
 
@@ -68,10 +68,10 @@ def clean_info_nce(logits: Tensor, sets: Tensor, soft_label: Tensor | None = Non
         0-dim: per view, the weighted mean InfoNCE of the batch's pairs (0 when every
         weight is 0), averaged over views.
     """
-    if soft_label is None:
+    if weights is None:
         weights = called_clean(sets.to(logits.device)).float()
     else:
-        weights = soft_label.to(logits.device).float().clamp(0.0, 1.0)
+        weights = weights.to(logits.device).float().clamp(0.0, 1.0)
     views = [
         weighted_mean(info_nce_per_sample(view), weights, normalise=True) for view in logits.float()
     ]
@@ -292,6 +292,12 @@ class UGNCLConfig:
             raise ConfigError(
                 f"method.ugncl.clean_infonce must be >= 0 (a loss weight), got "
                 f"{self.clean_infonce}; 0 trains Eq. 18 alone"
+            )
+        if self.clean_infonce_weights != "called" and self.clean_infonce == 0:
+            raise ConfigError(
+                f"method.ugncl.clean_infonce_weights={self.clean_infonce_weights} weighs the "
+                "backbone's InfoNCE term, which is off (method.ugncl.clean_infonce is 0); set "
+                "method.ugncl.clean_infonce > 0 (e.g. 10) or drop clean_infonce_weights"
             )
         if self.null_level is not None and not 0.0 < self.null_level < 1.0:
             raise ConfigError(

@@ -481,3 +481,14 @@ def test_pair_soft_labels_rank_a_pair_by_how_much_of_its_evidence_backs_its_own_
     weights = method.pair_soft_labels(raw, lam=3)
     assert weights.shape == (4,) and bool(((weights >= 0) & (weights <= 1)).all())
     assert weights[0] > weights[2] > weights[1]
+
+
+def test_soft_label_weights_without_the_infonce_term_are_refused() -> None:
+    """``clean_infonce_weights: soft_label`` with ``clean_infonce: 0`` would weigh a term that
+    is off: one error naming both keys, not a silent no-op."""
+    from ugncl.core.errors import ConfigError
+    from ugncl.methods.ugncl.method import UGNCLConfig
+
+    with pytest.raises(ConfigError, match="clean_infonce > 0"):
+        UGNCLConfig(clean_infonce_weights="soft_label").validate()
+    UGNCLConfig(clean_infonce=10.0, clean_infonce_weights="soft_label").validate()
