@@ -203,8 +203,9 @@ class PretrainConfig:
 
     # 10000 steps on a pool of 20000 (about 38 min on one core): zero-shot test rSum 218 on
     # the default world (400 steps: 121; 2500: 165; 5000: 176) and 396 on the counting world
-    # (2500: 281; 5000: 337), where the clean fine-tune passes 350 and 50% noise costs the
-    # plain fine-tune over 10% (docs/research/2026-11-29-clip-regime.md).
+    # (2500: 281; 5000: 337), where the clean fine-tune reaches 388 and 50% noise costs the
+    # plain fine-tune 11.1% on the mean of 3 seeds (9.4% on the lowest seed)
+    # (docs/research/2026-11-29-clip-regime.md).
     steps: int = 10000
     batch_size: int = 32
     lr: float = 1e-3

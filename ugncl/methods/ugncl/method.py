@@ -54,7 +54,8 @@ REFERENCE_STREAM = 2
 
 
 def clean_info_nce(logits: Tensor, sets: Tensor, weights: Tensor | None = None) -> Tensor:
-    """The backbone's symmetric InfoNCE over the pairs a division keeps as clean.
+    """The backbone's symmetric InfoNCE over the pairs a division keeps as clean (or over
+    every pair, each by its weight).
 
     Args:
         logits: ``(W, K, K)`` raw model scores of a batch (CLIP: logit scale x cosine), rows
