@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import shlex
 import subprocess
 import sys
@@ -257,6 +258,15 @@ def stand_in_path(root: Path) -> Path:
     return root / "clip" / f"{TINY_MODEL}-{steps}steps-pool{POOL_SIZE}.pt"
 
 
+def stand_in_record(weights: Path | None) -> tuple[str, dict] | None:
+    """The stand-in's path and its pretraining record (the ``.json`` tools/pretrain_clip.py
+    writes beside the weights: steps, seconds, zero-shot test metrics); None without one."""
+    record = weights.with_suffix(".json") if weights is not None else None
+    if record is None or not record.is_file():
+        return None
+    return str(weights), json.loads(record.read_text(encoding="utf-8"))
+
+
 def plan_size(args: argparse.Namespace) -> PlanSize:
     """The plan's :class:`PlanSize` with ``--seeds`` and ``--ratios`` applied."""
     from ugncl.run.compare_grid import PLANS
@@ -351,7 +361,8 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     title = "Noisy-correspondence methods on " + (
         tracks[args.backbone] if args.backbone else "both backbones" if weights else "SGRAF"
     )
-    paths = write_report(args.out, rows, records, title=title, notes=notes, hits=hits)
+    paths = write_report(args.out, rows, records, title=title, notes=notes, hits=hits,
+                         stand_in=stand_in_record(weights))  # fmt: skip
     print((Path(args.out) / "compare.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if args.write_results:

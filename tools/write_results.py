@@ -31,10 +31,16 @@ README = REPO / "README.md"
 COMPARISON = REPO / "docs" / "comparison.md"
 #: Which comparison block goes where, and which report sections it holds.
 COMPARE_BLOCKS = {
-    "README": ("compare", ("Mean over seeds", "Claims", "What drives the gain")),
+    "README": ("compare", ("Mean over seeds", "Regime", "Claims", "What drives the gain")),
     "COMPARISON": (
         "compare",
-        ("Mean over seeds", "Budget and shared settings", "Claims", "What drives the gain"),
+        (
+            "Mean over seeds",
+            "Regime",
+            "Budget and shared settings",
+            "Claims",
+            "What drives the gain",
+        ),
     ),
 }
 

@@ -107,6 +107,10 @@ def test_report_from_fixture_runs(fixture_runs, tool, capsys) -> None:
     # computed sentences: UGNCL 50 above the plain triplet on both seeds (no per-query files)
     assert "`ugncl` is 50.0 rSum above `triplet`, every seed (per seed +50.0, +50.0" in md
     assert "## What drives the gain" in md and "- `ugncl`: +50.0 rSum over `triplet`" in md
+    # the regime: what 50% costs the plain line against its 0% run, what the best wins back
+    assert ("sgraf (SGR), noise 0.50: noise costs `triplet` 66.7% of the clean reference's "
+            "test rSum (100.0 against 300.0; per seed 66.7%); the best method, `ugncl`, wins "
+            "back 25% of that loss (per seed 25%).") in md  # fmt: skip
     assert "every row trains 9 optimiser steps" in md
     assert "`cost x plain` divides wall seconds per epoch" in md  # no CPU stamps recorded
 
@@ -172,7 +176,7 @@ def test_default_plan_controls_one_split_and_one_budget() -> None:
         ("sgraf", m) for m in sgraf
     }  # fmt: skip
     assert {label.replace("-paper", "") for b, label in noisy if b == "clip"} == {
-        "finetune", "ugncl", "npc", "sdd", "osa", "decl", "ugncl-clip"
+        "finetune", "oracle", "ugncl", "npc", "sdd", "osa", "decl", "ugncl-clip"
     }  # fmt: skip
     by_name = {c.name: c for c in cells}
     # UGNCL's CLIP variant: its own config, on the track's stand-in and budget

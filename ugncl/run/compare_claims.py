@@ -163,11 +163,14 @@ def claim_pairs(
     baseline, every ``X+pf`` against ``X``, a method's ``paper`` reading against its
     package row (``m-paper`` against ``m``), and the ``best`` method line (the highest mean;
     None: no such pairs) against every other method line, ``controls`` and the plain
-    baseline aside: which lead over the top holds on every seed."""
+    baseline aside: which lead over the top holds on every seed; and the ``best`` line
+    against each control (the clean-pairs oracle: whether the best method ends above what a
+    perfect division would train)."""
     have = set(variants)
     pairs = [(v, plain) for v in variants if v != plain and plain in have]
     if best is not None and best in have:
         pairs += [(best, v) for v in variants if v not in (best, plain, *controls)]
+        pairs += [(best, v) for v in variants if v in controls]
     pairs += [(v, v[: -len(PF)]) for v in variants if v.endswith(PF) and v[: -len(PF)] in have]
     pairs += [
         (v, v.removesuffix("-paper"))

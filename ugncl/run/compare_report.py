@@ -34,12 +34,14 @@ from ugncl.run.compare_claims import (
     gain_lines,
     paired_claim,
 )
+from ugncl.run.compare_regime import noise_cost_sentence, stand_in_sentence
 
 __all__ = [
     "PLOTS",
     "budget_markdown",
     "claims_markdown",
     "group_means",
+    "regime_markdown",
     "rsum_cell",
     "write_report",
 ]
@@ -190,6 +192,52 @@ def claims_markdown(
     out = ["## Claims", "", *(claims or ["No pair of lines shares a seed."]), ""]
     out += ["## What drives the gain", "", *(gains or ["No method line beside a plain one."])]
     return out
+
+
+def _clean_references(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[Any, float]]:
+    """``{(backbone, head): {seed: rsum}}`` of each model's clean reference: its one line at
+    0% noise (where there are several, the one flagged ``plain``; none: left out)."""
+    lines: dict[tuple, dict[str, dict[Any, dict]]] = {}
+    for row in rows:
+        if row.get("noise_ratio") == 0 and row.get("rsum") is not None:
+            variant = str(row.get("variant") or row.get("method"))
+            key = (row.get("backbone"), row.get("head"))
+            lines.setdefault(key, {}).setdefault(variant, {})[row.get("seed")] = row
+    out = {}
+    for key, variants in lines.items():
+        flagged = [
+            v for v, seeds in variants.items() if any(r.get("plain") for r in seeds.values())
+        ]
+        chosen = list(variants) if len(variants) == 1 else flagged
+        if len(chosen) == 1:
+            out[key] = {s: float(r["rsum"]) for s, r in variants[chosen[0]].items()}
+    return out
+
+
+def regime_markdown(
+    rows: Sequence[dict[str, Any]], stand_in: tuple[str, Mapping[str, Any]] | None = None
+) -> list[str]:
+    """The "Regime" section: the CLIP stand-in's zero-shot against the clean fine-tune
+    (``stand_in``: its weights' path and pretraining record), and per backbone and noise
+    ratio what noise costs the plain baseline and what the best method wins back."""
+    plain = _plain_variants(rows)
+    clean = _clean_references(rows)
+    lines = []
+    if stand_in is not None:
+        clip_clean = next((v for (b, _), v in clean.items() if b == "clip"), None)
+        sentence = stand_in_sentence(stand_in[0], stand_in[1], clip_clean)
+        lines += [f"- {sentence}"] if sentence else []
+    for (backbone, head, ratio), found in sorted(_by_line(rows).items(), key=str):
+        base, reference = plain.get(str(backbone)), clean.get((backbone, head))
+        if base is None or base not in found or reference is None:
+            continue
+        rsums = {v: {s: float(r["rsum"]) for s, r in seeds.items()} for v, seeds in found.items()}
+        best = best_method(rsums, base, CONTROLS)
+        where = f"{backbone} ({head.upper()})" if head else str(backbone)
+        sentence = noise_cost_sentence(where, float(ratio), base, reference, rsums[base],
+                                       (best, rsums[best]) if best else None)  # fmt: skip
+        lines += [f"- {sentence}"] if sentence else []
+    return ["## Regime", "", *(lines or ["No clean reference beside a plain line."]), ""]
 
 
 def budget_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -381,6 +429,7 @@ def write_report(
     title: str = "Comparison",
     notes: Sequence[str] = (),
     hits: Mapping[str, tuple[np.ndarray, np.ndarray] | None] | None = None,
+    stand_in: tuple[str, Mapping[str, Any]] | None = None,
 ) -> list[Path]:
     """Check one noise file per (ratio, seed), fill the cost ratios, and write the report
     files into ``out``; returns their paths.
@@ -394,6 +443,8 @@ def write_report(
         notes: lines printed under the title (the plan, the world, failed cells).
         hits: each run's per-query hit probabilities (``test_queries.npz``), by its ``run``,
             for the claims' bootstrap over test queries (absent: seeds only).
+        stand_in: the CLIP stand-in's weights path and pretraining record, for the
+            "Regime" section's zero-shot line (None: no such line).
 
     Raises:
         CompareError: no row (nothing finished), or rows of one noise ratio and seed trained
@@ -414,7 +465,8 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     groups = group_means(rows)
     md = [f"# {title}", "", *notes, "", "## Mean over seeds", "", summary_markdown(groups), "",
-          *budget_markdown(rows), *claims_markdown(rows, hits or {}), "",
+          *regime_markdown(rows, stand_in), *budget_markdown(rows),
+          *claims_markdown(rows, hits or {}), "",
           "## Runs", "", format_table(rows, "markdown"), "", "## Plots", "",
           *(f"![{p}]({p})" for p in PLOTS), ""]  # fmt: skip
     paths = [out / "compare.md", out / "compare.csv", out / "compare.json"]
