@@ -3,12 +3,15 @@ machine's reference step time (``ugncl.run.results_block``).
 
     python tools/write_results.py --demo runs/demo-20261128-0300      # README demo block
     python tools/write_results.py --compare runs/compare              # README + comparison page
+    python tools/write_results.py --compare runs/compare-clip-counting \
+        --block compare-clip-counting                                 # a second world
     python tools/write_results.py --check                             # exit 1 on a hand edit
 
-``make demo`` and ``make compare`` call it after their runs. A block is the text between
-``<!-- results:NAME:begin sha256=... -->`` and ``<!-- results:NAME:end -->``; the hash is of
-what the writer wrote, so ``--check`` names a block edited by hand, and the next write
-replaces it (with a warning). The reference step time is measured by
+``make demo`` and ``make compare`` call it after their runs; ``--block`` writes a comparison
+into another pair of blocks (a second world's report beside the default plan's). A block is
+the text between ``<!-- results:NAME:begin sha256=... -->`` and ``<!-- results:NAME:end -->``;
+the hash is of what the writer wrote, so ``--check`` names a block edited by hand, and the next
+write replaces it (with a warning). The reference step time is measured by
 ``tools/bench.py method-steps --methods ugncl --steps 30 --threads 1`` unless
 ``--step-seconds`` gives it.
 """
@@ -29,18 +32,15 @@ from ugncl.run.results_block import replace_block as replace
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 COMPARISON = REPO / "docs" / "comparison.md"
-#: Which comparison block goes where, and which report sections it holds.
+#: Which report sections a comparison block holds in each file.
 COMPARE_BLOCKS = {
-    "README": ("compare", ("Mean over seeds", "Regime", "Claims", "What drives the gain")),
+    "README": ("Mean over seeds", "Regime", "Claims", "What drives the gain"),
     "COMPARISON": (
-        "compare",
-        (
-            "Mean over seeds",
-            "Regime",
-            "Budget and shared settings",
-            "Claims",
-            "What drives the gain",
-        ),
+        "Mean over seeds",
+        "Regime",
+        "Budget and shared settings",
+        "Claims",
+        "What drives the gain",
     ),
 }
 
@@ -51,6 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--demo", type=Path, help="a tools/demo.py output folder")
     parser.add_argument("--compare", type=Path, help="a comparison folder (compare.json)")
+    parser.add_argument(
+        "--block",
+        default="compare",
+        help="with --compare: the name of the blocks to write in the README and the comparison "
+        "page (default compare; both files must hold its markers)",
+    )
     parser.add_argument("--check", action="store_true", help="report hand-edited blocks")
     parser.add_argument("--readme", type=Path, default=README, help="the README to write")
     parser.add_argument("--docs", type=Path, default=COMPARISON, help="the comparison page")
@@ -139,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         write_block(args.readme, "demo", demo_body(demo, rev, step))
     if report:
         text = md.read_text(encoding="utf-8")
-        for target, (name, sections) in COMPARE_BLOCKS.items():
+        for target, sections in COMPARE_BLOCKS.items():
             path = args.readme if target == "README" else args.docs
-            write_block(path, name, compare_body(report, text, rev, step, sections=sections))
+            write_block(path, args.block, compare_body(report, text, rev, step, sections=sections))
     return 0
 
 

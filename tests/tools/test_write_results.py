@@ -93,6 +93,24 @@ def test_blocks_are_written_from_records_and_hand_edits_detected(tool, tmp_path,
     assert readme.read_text(encoding="utf-8") == text
 
 
+def test_a_second_comparison_goes_to_its_own_named_blocks(tool, tmp_path, docs) -> None:
+    readme, page = docs
+    second = "<!-- results:compare-clip:begin sha256= -->\n<!-- results:compare-clip:end -->\n"
+    for path in (readme, page):
+        path.write_text(path.read_text(encoding="utf-8") + second, encoding="utf-8")
+    argv = ["--readme", str(readme), "--docs", str(page), "--step-seconds", "0.16"]
+    main = tool("write_results").main
+    assert (
+        main([*argv, "--compare", str(_compare_folder(tmp_path)), "--block", "compare-clip"]) == 0
+    )
+    for path in (readme, page):
+        text = path.read_text(encoding="utf-8")
+        default, named = text.split("results:compare-clip:begin")
+        assert "a claim." not in default and "a claim." in named  # the default block untouched
+    # a name without markers is one error line that names them
+    assert main([*argv, "--compare", str(tmp_path / "compare"), "--block", "other"]) == 2
+
+
 def test_missing_markers_and_records_are_one_error_line(tool, tmp_path, capsys) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# no markers\n", encoding="utf-8")
