@@ -124,6 +124,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "blocks from the report (tools/write_results.py --compare OUT; what make compare does)",
     )
     parser.add_argument(
+        "--block",
+        default="compare",
+        help="with --write-results: the name of the result blocks to write (default compare; "
+        "make compare-clip writes compare-clip-counting)",
+    )
+    parser.add_argument(
         "--skip-failed",
         action="store_true",
         help="over run folders: leave out (with a warning) a folder that is not a finished "
@@ -186,6 +192,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--ratios needs --plan (a grid's ratio is a --set data.noise_ratio)")
     if args.ratios is not None and not all(0.0 < r < 1.0 for r in args.ratios):
         parser.error(f"--ratios {args.ratios}: each noise ratio must lie strictly between 0 and 1")
+    if args.block != "compare" and not args.write_results:
+        parser.error(f"--block {args.block} names the result blocks --write-results writes: "
+                     "add --write-results")  # fmt: skip
     if args.out is None and not args.runs:
         args.out = "runs/compare"
     return args
@@ -367,7 +376,8 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if args.write_results:
         writer = Path(__file__).resolve().parent / "write_results.py"
-        rc = subprocess.run([sys.executable, str(writer), "--compare", str(args.out)]).returncode
+        command = [sys.executable, str(writer), "--compare", str(args.out), "--block", args.block]
+        rc = subprocess.run(command).returncode
         if rc:
             return rc
     return 1 if failed else 0

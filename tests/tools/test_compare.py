@@ -245,6 +245,9 @@ def test_grid_errors_before_training(compare, tmp_path, capsys) -> None:
     assert line.startswith("error: ") and "--out table" in line
     with pytest.raises(SystemExit):  # neither runs nor --cfg: argparse's usage error
         compare([])
+    with pytest.raises(SystemExit):  # a block name with nothing to write it
+        compare(["--plan", "default", "--block", "compare-clip-counting"])
+    assert "add --write-results" in capsys.readouterr().err
 
 
 def test_grid_trains_reuses_and_resumes(compare, tiny_world, tiny_model, tmp_path, capsys) -> None:

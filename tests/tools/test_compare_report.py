@@ -283,6 +283,17 @@ def _cell_folder(root: Path, cell: Cell, records: list[dict], *sets: str) -> Pat
     return write_run(root, cell.name, config.to_dict(), records)
 
 
+def test_a_failed_cell_is_reported_with_its_error_line(tmp_path) -> None:
+    from ugncl.run.compare_grid import last_error_line
+
+    log = tmp_path / "cell.log"
+    log.write_text("epoch 0\nerror: an older attempt\nerror: no pair passes method.npc."
+                   "clean_threshold=0.99; lower it\n", encoding="utf-8")  # fmt: skip
+    assert last_error_line(log) == "error: no pair passes method.npc.clean_threshold=0.99; lower it"
+    log.write_text("Traceback (most recent call last):\n", encoding="utf-8")
+    assert last_error_line(log) is None and last_error_line(tmp_path / "none.log") is None
+
+
 def test_plan_resumes_a_partial_cell_and_reuses_a_done_one(tmp_path) -> None:
     root = tmp_path / "compare"
     done = Cell("sgraf-ugncl-n50-s0", "ugncl", "sgraf", "ugncl_synthetic", ("train.seed=0",),

@@ -556,6 +556,16 @@ def _command(out: Path, cell: Cell, python: str, state: str | None = None) -> li
             f"run.out_dir={out}", f"run.name={cell.name}"]  # fmt: skip
 
 
+def last_error_line(log: Path) -> str | None:
+    """The last ``error:`` line of a cell's console log (a refusal's reason: the run names the
+    problem and the fix there), None where it has none."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line.strip() for line in reversed(lines) if line.startswith("error:")), None)
+
+
 def run_plan(
     cells: Sequence[Cell],
     out: str | Path,
@@ -605,7 +615,9 @@ def run_plan(
             handle.close()
             del running[name]
             rc = proc.returncode
+            why = last_error_line(out / f"{name}.log") if rc else None
             status[name] = "done" if rc == 0 else f"failed (rc {rc}, see {name}.log)"
+            status[name] += f": {why}" if why else ""
             log(f"{status[name]}: {name} in {time.perf_counter() - started:.0f} s")
         if running:
             time.sleep(0.5)

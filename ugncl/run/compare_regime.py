@@ -58,17 +58,19 @@ def noise_cost_sentence(
     costs = [100.0 * (1.0 - noisy[s] / clean[s]) for s in seeds]
     mean_clean = sum(clean[s] for s in seeds) / len(seeds)
     mean_noisy = sum(noisy[s] for s in seeds) / len(seeds)
+    cost = 100.0 * (1.0 - mean_noisy / mean_clean)
+    said = f"{cost:.1f}%" if cost > 0 else "nothing on the mean"
     out = (
-        f"{where}, noise {ratio:.2f}: noise costs `{plain}` "
-        f"{100.0 * (1.0 - mean_noisy / mean_clean):.1f}% of the clean reference's test rSum "
-        f"({mean_noisy:.1f} against {mean_clean:.1f}; per seed {_per_seed(costs, '.1f')}%)"
+        f"{where}, noise {ratio:.2f}: noise costs `{plain}` {said} of the clean reference's "
+        f"test rSum ({mean_noisy:.1f} against {mean_clean:.1f}; per seed "
+        f"{_per_seed(costs, '.1f')}%)"
     )
     if best is None:
         return out + "."
     name, scores = best
     lost = [clean[s] - noisy[s] for s in seeds]
     if min(lost) <= 0:
-        return out + f"; on a seed it costs nothing, so no share is won back by `{name}`."
+        return out + f"; a seed loses nothing, so no share of a loss is read for `{name}`."
     shares = [100.0 * (scores[s] - noisy[s]) / loss for s, loss in zip(seeds, lost)]
     mean_best = sum(scores[s] for s in seeds) / len(seeds)
     mean_share = 100.0 * (mean_best - mean_noisy) / (mean_clean - mean_noisy)

@@ -16,6 +16,7 @@ and overwritten by the next write.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -141,11 +142,23 @@ def compare_body(
     command = next((line for line in compare_md.splitlines() if line.startswith("`python ")), "")
     parts.append(f"{len(runs)} finished runs of {command}." if command else f"{len(runs)} "
                  "finished runs.")  # fmt: skip
+    failed = _failed_cells(compare_md)
+    if failed:  # a row refused or crashed on every seed would otherwise vanish unsaid
+        parts += ["", "Cells that did not finish:", "", *failed]
     found = _sections(compare_md)
     for title in sections:
         if title in found:
             parts += ["", f"**{title}**", "", found[title].strip()]
     return "\n".join(parts)
+
+
+def _failed_cells(markdown: str) -> list[str]:
+    """The ``- cell: why`` lines under the report's "Cells that did not finish:" note."""
+    lines = markdown.splitlines()
+    if "Cells that did not finish:" not in lines:
+        return []
+    after = lines[lines.index("Cells that did not finish:") + 1 :]
+    return list(itertools.takewhile(lambda line: line.startswith("- "), after))
 
 
 def _sections(markdown: str) -> dict[str, str]:
