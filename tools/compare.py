@@ -314,6 +314,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         PLANS,
         cell_state,
         default_plan,
+        last_error_line,
         plan_rows,
         ratio_tag,
         run_plan,
@@ -339,6 +340,9 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
     if args.report_only:
         words = {"done": "done", "stale": "stale (trained with another config; not reported)"}
         status = {c.name: words.get(cell_state(Path(args.out), c), "not run") for c in cells}
+        for name, what in status.items():  # a cell that ran and stopped: its reason
+            why = last_error_line(Path(args.out) / f"{name}.log") if what == "not run" else None
+            status[name] = f"failed: {why}" if why else what
         if "done" not in status.values():
             raise CompareError(
                 f"no cell of the {args.plan} plan has finished in {args.out}: run "
