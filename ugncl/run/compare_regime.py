@@ -59,11 +59,14 @@ def noise_cost_sentence(
     mean_clean = sum(clean[s] for s in seeds) / len(seeds)
     mean_noisy = sum(noisy[s] for s in seeds) / len(seeds)
     cost = 100.0 * (1.0 - mean_noisy / mean_clean)
-    said = f"{cost:.1f}%" if cost > 0 else "nothing on the mean"
+    said = (
+        f"{cost:.1f}% of the clean reference's test rSum ({mean_noisy:.1f} against "
+        if cost > 0
+        else f"nothing on the mean ({mean_noisy:.1f} against the clean reference's "
+    )
     out = (
-        f"{where}, noise {ratio:.2f}: noise costs `{plain}` {said} of the clean reference's "
-        f"test rSum ({mean_noisy:.1f} against {mean_clean:.1f}; per seed "
-        f"{_per_seed(costs, '.1f')}%)"
+        f"{where}, noise {ratio:.2f}: noise costs `{plain}` {said}{mean_clean:.1f}; "
+        f"per seed {_per_seed(costs, '.1f')}%)"
     )
     if best is None:
         return out + "."

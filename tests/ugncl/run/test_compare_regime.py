@@ -28,7 +28,9 @@ def test_a_seed_where_noise_costs_nothing_has_no_share_to_win_back() -> None:
     assert "`finetune` 1.2% of" in line and "per seed 5.0, -2.5%" in line
     assert "a seed loses nothing" in line and "wins back" not in line
     above = noise_cost_sentence("clip", 0.2, "finetune", {0: 200.0}, {0: 205.0})
-    assert "costs `finetune` nothing on the mean of the clean" in above
+    assert (
+        "costs `finetune` nothing on the mean (205.0 against the clean reference's 200.0;" in above
+    )
     assert noise_cost_sentence("clip", 0.5, "finetune", {0: 1.0}, {1: 1.0}) is None
     assert noise_cost_sentence("sgraf (SGR)", 0.5, "hinge", {0: 100.0}, {0: 80.0}).endswith(
         "(80.0 against 100.0; per seed 20.0%)."
