@@ -31,20 +31,20 @@ demo: $(STAMP)
 	$(PIN_CPU) $(PY) tools/demo.py --jobs 2 --threads 1 --write-results
 
 # The controls and every registered method on both backbones, one noisy split, one step budget
-# per backbone, three seeds; the report folder (runs/compare/: compare.md with the computed
+# per backbone, three seeds, the CPU kernels pinned as for the demo; the report folder (runs/compare/: compare.md with the computed
 # claims, .csv, .json and PNG plots), then the README's and docs/comparison.md's result blocks.
 # A rerun resumes. QUICK=1: one seed on a smaller world (runs/compare-quick/); FULL=1: 20/50/80%
 # noise, 1000 images (runs/compare-full/). WORLD="--generator counting": another world
 # (tools/make_synthetic.py options), its own folder; without rendered images: SGRAF only.
 compare: $(STAMP)
-	$(PY) tools/compare.py --plan $(if $(FULL),full,$(if $(QUICK),quick,default)) --jobs 2 \
+	$(PIN_CPU) $(PY) tools/compare.py --plan $(if $(FULL),full,$(if $(QUICK),quick,default)) --jobs 2 \
 		--write-results $(if $(WORLD),--world="$(WORLD)")
 
 # The CLIP track on the counting world, the CLIP world in the regime of real fine-tuning
 # (docs/comparison.md): its rows at 0, 20 and 50% noise, three seeds, the report folder
 # runs/compare-clip-counting/ and the README's and docs/comparison.md's second result blocks.
 compare-clip: $(STAMP)
-	$(PY) tools/compare.py --plan default --backbone clip --world "--generator counting" \
+	$(PIN_CPU) $(PY) tools/compare.py --plan default --backbone clip --world "--generator counting" \
 		--ratios 0.2 0.5 --jobs 2 --out runs/compare-clip-counting --write-results \
 		--block compare-clip-counting
 

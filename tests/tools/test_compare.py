@@ -436,3 +436,13 @@ def test_plan_ratios_replace_the_plans_and_keep_its_report(compare, tool, capsys
         with pytest.raises(SystemExit):
             compare(bad)
         assert "--ratios" in capsys.readouterr().err
+
+
+def test_the_report_says_whether_the_cpu_kernels_were_pinned(tool, monkeypatch) -> None:
+    note = tool("compare").cpu_kernels_note
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    assert note().startswith("CPU kernels: not pinned (ATEN_CPU_CAPABILITY and MKL_CBWR unset")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    assert note() == "CPU kernels: pinned, `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2`."

@@ -110,11 +110,14 @@ def test_a_second_comparison_goes_to_its_own_named_blocks(tool, tmp_path, docs) 
     # a cell that did not finish is said in the block, with its reason
     md = (tmp_path / "compare" / "compare.md").read_text(encoding="utf-8")
     refusal = "- clip-npc-paper-n50-s0: failed (rc 2, see its log): error: no clean pair"
-    md = md.replace("# Report\n", f"# Report\n\nCells that did not finish:\n{refusal}\n")
+    kernels = "CPU kernels: pinned, `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2`."
+    md = md.replace("# Report\n", f"# Report\n\n{kernels}\n\nCells that did not finish:\n"
+                    f"{refusal}\n")  # fmt: skip
     (tmp_path / "compare" / "compare.md").write_text(md, encoding="utf-8")
     assert main([*argv, "--compare", str(tmp_path / "compare"), "--block", "compare-clip"]) == 0
     named = readme.read_text(encoding="utf-8").split("results:compare-clip:begin")[1]
     assert f"Cells that did not finish:\n\n{refusal}\n\n**Mean over seeds**" in named
+    assert f"finished runs.\n{kernels}\n" in named
     # a name without markers is one error line that names them
     assert main([*argv, "--compare", str(tmp_path / "compare"), "--block", "other"]) == 2
 

@@ -127,6 +127,10 @@ def demo_body(summary: Mapping[str, Any], commit: str, step_seconds: float | Non
     )
 
 
+#: The report's note on the CPU kernels the cells ran (tools/compare.py writes it).
+KERNELS = "CPU kernels:"
+
+
 def compare_body(
     compare_json: Mapping[str, Any],
     compare_md: str,
@@ -142,6 +146,9 @@ def compare_body(
     command = next((line for line in compare_md.splitlines() if line.startswith("`python ")), "")
     parts.append(f"{len(runs)} finished runs of {command}." if command else f"{len(runs)} "
                  "finished runs.")  # fmt: skip
+    kernels = next((line for line in compare_md.splitlines() if line.startswith(KERNELS)), None)
+    if kernels:  # whether another machine can compute the same numbers (docs/reproducibility.md)
+        parts.append(kernels)
     failed = _failed_cells(compare_md)
     if failed:  # a row refused or crashed on every seed would otherwise vanish unsaid
         parts += ["", "Cells that did not finish:", "", *failed]
