@@ -65,7 +65,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -78,6 +77,7 @@ from ugncl.run.cli import check_writable, cli_main
 from ugncl.run.compare import (
     FORMATS,
     CompareError,
+    cpu_kernels_note,
     format_table,
     mean_row,
     prepare_rows,
@@ -268,23 +268,6 @@ def stand_in_path(root: Path) -> Path:
     return root / "clip" / f"{TINY_MODEL}-{steps}steps-pool{POOL_SIZE}.pt"
 
 
-#: The environment that pins the CPU kernels (the Makefile's PIN_CPU).
-PIN_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
-
-
-def cpu_kernels_note() -> str:
-    """Which CPU kernels the plan's cells ran (they inherit this process's environment):
-    pinned, every x86 machine with AVX2 computes the same numbers for a seed; unpinned, the
-    machine's own (docs/reproducibility.md)."""
-    from ugncl.run.results_block import KERNELS
-
-    pinned = [f"{name}={os.environ[name]}" for name in PIN_VARIABLES if os.environ.get(name)]
-    if not pinned:
-        return (f"{KERNELS} not pinned ({' and '.join(PIN_VARIABLES)} unset: this machine's "
-                "own, so another machine may print other scores for a seed).")  # fmt: skip
-    return f"{KERNELS} pinned, `{' '.join(pinned)}`."
-
-
 def stand_in_record(weights: Path | None) -> tuple[str, dict] | None:
     """The stand-in's path and its pretraining record (the ``.json`` tools/pretrain_clip.py
     writes beside the weights: steps, seconds, zero-shot test metrics); None without one."""
@@ -378,7 +361,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         + (f' --world "{args.world}"' if args.world else "")
         + (f" --backbone {args.backbone}" if args.backbone else "")
         + "`",
-        cpu_kernels_note(),
+        cpu_kernels_note(rows),
         f"World `{world}`, "
         + (f"CLIP stand-in `{weights}`" if weights else "no CLIP view (SGRAF track only, no OSA)")
         + f"; {len(cells)} cells, {len(rows)} rows.",
@@ -463,7 +446,8 @@ def write_folder_report(args: argparse.Namespace, rows: list[dict]) -> int:
     check_writable(out / "compare.md", "--out report")
     records = {r["run"]: read_metrics(Path(r["run_dir"])) for r in rows}
     hits = {r["run"]: load_query_hits(r["run_dir"]) for r in rows}
-    notes = [f"{len(rows)} run folders: " + ", ".join(f"`{r['run']}`" for r in rows) + "."]
+    notes = [f"{len(rows)} run folders: " + ", ".join(f"`{r['run']}`" for r in rows) + ".",
+             cpu_kernels_note(rows)]  # fmt: skip
     paths = write_report(out, rows, records, title="Comparison of run folders", notes=notes,
                          hits=hits)  # fmt: skip
     print(format_table(rows, args.format))

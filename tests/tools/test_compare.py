@@ -438,11 +438,21 @@ def test_plan_ratios_replace_the_plans_and_keep_its_report(compare, tool, capsys
         assert "--ratios" in capsys.readouterr().err
 
 
-def test_the_report_says_whether_the_cpu_kernels_were_pinned(tool, monkeypatch) -> None:
-    note = tool("compare").cpu_kernels_note
-    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
-    monkeypatch.delenv("MKL_CBWR", raising=False)
-    assert note().startswith("CPU kernels: not pinned (ATEN_CPU_CAPABILITY and MKL_CBWR unset")
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+def test_the_report_says_which_cpu_kernels_the_runs_computed_with() -> None:
+    from ugncl.run.compare import cpu_kernels_note
+
+    pinned = {"cpu_kernels": "AVX2, MKL_CBWR=AVX2"}
+    assert cpu_kernels_note([pinned, pinned]) == "CPU kernels: AVX2, MKL_CBWR=AVX2, every run."
+    mixed = [pinned, {"cpu_kernels": "AVX512"}, {"cpu_kernels": None}]
+    assert cpu_kernels_note(mixed) == (
+        "CPU kernels: AVX2, MKL_CBWR=AVX2 (1 run), AVX512 (1 run), not recorded (1 run)."
+    )
+
+
+def test_a_run_records_its_cpu_kernels(monkeypatch) -> None:
+    from ugncl.core.engine.device import cpu_kernels
+
     monkeypatch.setenv("MKL_CBWR", "AVX2")
-    assert note() == "CPU kernels: pinned, `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2`."
+    assert cpu_kernels().endswith(", MKL_CBWR=AVX2") and cpu_kernels().split(",")[0].isupper()
+    monkeypatch.delenv("MKL_CBWR")
+    assert "MKL_CBWR" not in cpu_kernels()

@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any
 
 from precomputed.errors import UserError
 from ugncl.run.config_upgrade import upgrade_tree
+from ugncl.run.results_block import KERNELS
 
 __all__ = [
     "COLUMNS",
@@ -276,8 +278,22 @@ def summarize_run(
         "cpu_per_epoch": cpu / epochs if cpu is not None and epochs else None,
         "cost_ratio": None,  # filled by add_cost_ratio over a whole table
         "noise_sha256": (setup.get("noise_sha256") or "")[:SHA_CHARS] or None,
+        "cpu_kernels": setup.get("cpu_kernels"),  # None: a run older than the record
         **shared_settings(config),
     }
+
+
+def cpu_kernels_note(rows: Sequence[dict[str, Any]]) -> str:
+    """The report's line on the CPU kernels its runs computed with (their setup records'
+    ``cpu_kernels``): one label when every run agrees, else each label with its count. Runs
+    that agree print the same numbers for a seed and thread count; pinned kernels
+    (``make compare``) agree on every x86 machine with AVX2 (docs/reproducibility.md)."""
+    found = Counter(str(r.get("cpu_kernels") or "not recorded") for r in rows)
+    if len(found) == 1:
+        (label,) = found
+        return f"{KERNELS} {label}, every run."
+    counts = (f"{k} ({n} run{'s' if n != 1 else ''})" for k, n in sorted(found.items()))
+    return f"{KERNELS} " + ", ".join(counts) + "."
 
 
 #: The hyper-parameters a comparison's rows share unless a method's reading sets its own.

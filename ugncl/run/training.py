@@ -32,7 +32,7 @@ from ugncl.core.config import Config
 from ugncl.core.engine import distributed, runlock
 from ugncl.core.engine.allocator import keep_freed_memory
 from ugncl.core.engine.checkpoint import clean_partial_files, load_checkpoint
-from ugncl.core.engine.device import select_device, select_precision
+from ugncl.core.engine.device import cpu_kernels, select_device, select_precision
 from ugncl.core.engine.recorder import (
     MetricsRecorder,
     check_new_run_dir,
@@ -688,6 +688,7 @@ def _write_setup(
     amp = "fp32" if dtype is None else str(dtype).replace("torch.", "")
     recorder.write(
         "setup", seed=seed, device=str(device), amp=amp, amp_requested=config.train.amp,
-        threads=torch.get_num_threads(), noise_sha256=sha, **described,
+        threads=torch.get_num_threads(), cpu_kernels=cpu_kernels(), noise_sha256=sha,
+        **described,
     )  # fmt: skip
     logger.info("training data: %s, noise sha256 %s", described, sha)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,16 @@ class Precision:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+
+
+def cpu_kernels() -> str:
+    """The CPU kernels this process runs: torch's vectorised capability (``AVX2``,
+    ``AVX512``, ...; ``ATEN_CPU_CAPABILITY`` pins it) and MKL's code path where
+    ``MKL_CBWR`` pins it. Two CPU runs of one seed and thread count print the same numbers
+    when these agree (docs/reproducibility.md)."""
+    label = str(torch.backends.cpu.get_cpu_capability())
+    mkl = os.environ.get("MKL_CBWR")
+    return f"{label}, MKL_CBWR={mkl}" if mkl else label
 
 
 def select_device(name: str = "auto") -> torch.device:
