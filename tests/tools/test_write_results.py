@@ -109,10 +109,13 @@ def test_a_second_comparison_goes_to_its_own_named_blocks(tool, tmp_path, docs) 
         assert "a claim." not in default and "a claim." in named  # the default block untouched
     # a cell that did not finish is said in the block, with its reason
     md = (tmp_path / "compare" / "compare.md").read_text(encoding="utf-8")
-    refusal = "- clip-npc-paper-n50-s0: failed (rc 2, see its log): error: no clean pair"
-    kernels = "CPU kernels: pinned, `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2`."
+    refused = [f"- clip-npc-paper-n50-s{s}: failed (rc 2, see clip-npc-paper-n50-s{s}.log): "
+               "error: no clean pair" for s in (0, 1)]  # fmt: skip
+    kernels = "CPU kernels: AVX2, MKL_CBWR=AVX2, every run."
     md = md.replace("# Report\n", f"# Report\n\n{kernels}\n\nCells that did not finish:\n"
-                    f"{refusal}\n")  # fmt: skip
+                    + "\n".join(refused) + "\n")  # fmt: skip
+    # one line for the cells that stopped for one reason
+    refusal = "- clip-npc-paper-n50-s0, clip-npc-paper-n50-s1: failed (rc 2): error: no clean pair"
     (tmp_path / "compare" / "compare.md").write_text(md, encoding="utf-8")
     assert main([*argv, "--compare", str(tmp_path / "compare"), "--block", "compare-clip"]) == 0
     named = readme.read_text(encoding="utf-8").split("results:compare-clip:begin")[1]

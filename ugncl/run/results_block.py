@@ -160,12 +160,17 @@ def compare_body(
 
 
 def _failed_cells(markdown: str) -> list[str]:
-    """The ``- cell: why`` lines under the report's "Cells that did not finish:" note."""
+    """The ``- cell: why`` lines under the report's "Cells that did not finish:" note, cells
+    that stopped for the same reason on one line (a row refused on every seed)."""
     lines = markdown.splitlines()
     if "Cells that did not finish:" not in lines:
         return []
     after = lines[lines.index("Cells that did not finish:") + 1 :]
-    return list(itertools.takewhile(lambda line: line.startswith("- "), after))
+    reasons: dict[str, list[str]] = {}
+    for line in itertools.takewhile(lambda line: line.startswith("- "), after):
+        name, _, why = line[2:].partition(": ")
+        reasons.setdefault(why.replace(f", see {name}.log", ""), []).append(name)
+    return [f"- {', '.join(names)}: {why}" for why, names in reasons.items()]
 
 
 def _sections(markdown: str) -> dict[str, str]:
