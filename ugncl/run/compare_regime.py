@@ -4,8 +4,8 @@ A method comparison only says something when noise costs the plain baseline a vi
 the clean reference, and (on CLIP) when the pretrained start is already a strong retriever. A
 plain CLIP ViT-B/32 fine-tune on Flickr30K ends at 544.2 test rSum clean, 513.6 at 40% noise and
 464.9 at 60% (docs/anchors.md, NPC's release): noise costs it about a tenth. A synthetic world is
-read against that. The sentences are pure functions of
-per-seed test rSums (``{seed: rsum}``), so a test can build them from hand-written numbers.
+read against that. The sentences are pure functions of per-seed test rSums (``{seed: rsum}``),
+so a test can build them from hand-written numbers.
 """
 
 from __future__ import annotations
