@@ -87,6 +87,7 @@ from ugncl.run.compare import (
 )
 from ugncl.run.compare_claims import load_query_hits
 from ugncl.run.config import load_config
+from ugncl.run.results_block import FAILED_CELLS
 
 if TYPE_CHECKING:
     from ugncl.run.compare_grid import PlanSize
@@ -370,7 +371,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
             if args.set
             else []
         ),
-        *(["", "Cells that did not finish:", *failed] if failed else []),
+        *(["", FAILED_CELLS, *failed] if failed else []),
     ]
     tracks = {"sgraf": "SGRAF", "clip": "CLIP"}
     title = "Noisy-correspondence methods on " + (

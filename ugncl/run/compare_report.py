@@ -111,8 +111,7 @@ def rsum_cell(mean: float | None, std: float | None, seeds: int) -> str:
 
 
 def _model(group: dict[str, Any]) -> str:
-    head = group.get("head")
-    return f"{group['backbone']} ({head.upper()})" if head else str(group["backbone"])
+    return _where(group["backbone"], group.get("head"))
 
 
 def summary_markdown(groups: Sequence[dict[str, Any]]) -> str:
@@ -152,16 +151,29 @@ def _plain_variants(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _by_line(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, dict[Any, dict]]]:
-    """``{(backbone, head, ratio): {variant: {seed: row}}}`` of the noisy rows."""
+def _by_line(
+    rows: Sequence[dict[str, Any]], *, noisy: bool = True
+) -> dict[tuple, dict[str, dict[Any, dict]]]:
+    """``{(backbone, head, ratio): {variant: {seed: row}}}`` of the noisy rows (``noisy``
+    False: of the rows at 0% noise); a grid's mean rows are not seeds and are left out."""
     out: dict[tuple, dict[str, dict[Any, dict]]] = {}
     for row in rows:
-        if not row.get("noise_ratio") or str(row.get("seed", "")).startswith("mean"):
+        if bool(row.get("noise_ratio")) != noisy or str(row.get("seed", "")).startswith("mean"):
             continue
         key = (row.get("backbone"), row.get("head"), row.get("noise_ratio"))
         variant = str(row.get("variant") or row.get("method"))
         out.setdefault(key, {}).setdefault(variant, {})[row.get("seed")] = row
     return out
+
+
+def _rsums(lines: Mapping[str, Mapping[Any, dict]]) -> dict[str, dict[Any, float]]:
+    """``{variant: {seed: test rSum}}`` of one :func:`_by_line` group."""
+    return {v: {s: float(r["rsum"]) for s, r in seeds.items()} for v, seeds in lines.items()}
+
+
+def _where(backbone: Any, head: Any) -> str:
+    """The model as the report names it: the backbone, and the SGRAF head where it has one."""
+    return f"{backbone} ({head.upper()})" if head else str(backbone)
 
 
 def claims_markdown(
@@ -175,12 +187,12 @@ def claims_markdown(
         base = plain.get(str(backbone))
         if base is None:
             continue
-        rsums = {v: {s: float(r["rsum"]) for s, r in seeds.items()} for v, seeds in lines.items()}
+        rsums = _rsums(lines)
         found = {
             v: {s: hits.get(str(r["run"])) for s, r in seeds.items() if hits.get(str(r["run"]))}
             for v, seeds in lines.items()
         }
-        where = f"{backbone} ({head.upper()})" if head else str(backbone)
+        where = _where(backbone, head)
         best = best_method(rsums, base, CONTROLS)
         for a, b in claim_pairs(sorted(lines), base, best, CONTROLS):
             claim = paired_claim(where, ratio, a, b, rsums[a], rsums[b], found[a], found[b])
@@ -197,20 +209,14 @@ def claims_markdown(
 def _clean_references(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[Any, float]]:
     """``{(backbone, head): {seed: rsum}}`` of each model's clean reference: its one line at
     0% noise (where there are several, the one flagged ``plain``; none: left out)."""
-    lines: dict[tuple, dict[str, dict[Any, dict]]] = {}
-    for row in rows:
-        if row.get("noise_ratio") == 0 and row.get("rsum") is not None:
-            variant = str(row.get("variant") or row.get("method"))
-            key = (row.get("backbone"), row.get("head"))
-            lines.setdefault(key, {}).setdefault(variant, {})[row.get("seed")] = row
     out = {}
-    for key, variants in lines.items():
+    for (backbone, head, _), variants in _by_line(rows, noisy=False).items():
         flagged = [
             v for v, seeds in variants.items() if any(r.get("plain") for r in seeds.values())
         ]
         chosen = list(variants) if len(variants) == 1 else flagged
         if len(chosen) == 1:
-            out[key] = {s: float(r["rsum"]) for s, r in variants[chosen[0]].items()}
+            out[(backbone, head)] = _rsums(variants)[chosen[0]]
     return out
 
 
@@ -231,11 +237,12 @@ def regime_markdown(
         base, reference = plain.get(str(backbone)), clean.get((backbone, head))
         if base is None or base not in found or reference is None:
             continue
-        rsums = {v: {s: float(r["rsum"]) for s, r in seeds.items()} for v, seeds in found.items()}
+        rsums = _rsums(found)
         best = best_method(rsums, base, CONTROLS)
-        where = f"{backbone} ({head.upper()})" if head else str(backbone)
-        sentence = noise_cost_sentence(where, float(ratio), base, reference, rsums[base],
-                                       (best, rsums[best]) if best else None)  # fmt: skip
+        top = (best, rsums[best]) if best else None
+        sentence = noise_cost_sentence(
+            _where(backbone, head), float(ratio), base, reference, rsums[base], top
+        )
         lines += [f"- {sentence}"] if sentence else []
     return ["## Regime", "", *(lines or ["No clean reference beside a plain line."]), ""]
 

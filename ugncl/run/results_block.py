@@ -127,8 +127,10 @@ def demo_body(summary: Mapping[str, Any], commit: str, step_seconds: float | Non
     )
 
 
-#: The report's note on the CPU kernels the cells ran (tools/compare.py writes it).
+#: The report's note on the CPU kernels the cells ran, and the heading of its list of cells
+#: that did not finish (tools/compare.py writes both; a block copies them).
 KERNELS = "CPU kernels:"
+FAILED_CELLS = "Cells that did not finish:"
 
 
 def compare_body(
@@ -151,7 +153,7 @@ def compare_body(
         parts.append(kernels)
     failed = _failed_cells(compare_md)
     if failed:  # a row refused or crashed on every seed would otherwise vanish unsaid
-        parts += ["", "Cells that did not finish:", "", *failed]
+        parts += ["", FAILED_CELLS, "", *failed]
     found = _sections(compare_md)
     for title in sections:
         if title in found:
@@ -163,9 +165,9 @@ def _failed_cells(markdown: str) -> list[str]:
     """The ``- cell: why`` lines under the report's "Cells that did not finish:" note, cells
     that stopped for the same reason on one line (a row refused on every seed)."""
     lines = markdown.splitlines()
-    if "Cells that did not finish:" not in lines:
+    if FAILED_CELLS not in lines:
         return []
-    after = lines[lines.index("Cells that did not finish:") + 1 :]
+    after = lines[lines.index(FAILED_CELLS) + 1 :]
     reasons: dict[str, list[str]] = {}
     for line in itertools.takewhile(lambda line: line.startswith("- "), after):
         name, _, why = line[2:].partition(": ")
