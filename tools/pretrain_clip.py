@@ -25,7 +25,9 @@ from ugncl.backbones.clip.adapter import build_clip, save_clip_weights
 from ugncl.backbones.clip.loading import WeightsError
 from ugncl.backbones.clip.models import TINY_MODEL
 from ugncl.backbones.clip.pretrain import (
+    POOL_SHIFT,
     POOL_SIZE,
+    SHIFTS,
     PretrainConfig,
     load_world_settings,
     pretrain_on_world,
@@ -45,6 +47,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--model", default=TINY_MODEL, help="open_clip architecture")
     p.add_argument("--pool", type=int, default=POOL_SIZE, help="pool images (5 captions each)")
     p.add_argument("--offset", type=int, default=0, help="pool stream offset (another pool)")
+    p.add_argument(
+        "--shift",
+        default=POOL_SHIFT,
+        choices=SHIFTS,
+        help="how the pool's captions depart from the world's (see pretrain.py)",
+    )
     p.add_argument("--steps", type=int, default=d.steps, help="optimiser steps")
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -77,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build_clip(args.model)
         record = pretrain_on_world(
             model, args.data, render, cfg, pool_size=args.pool, offset=args.offset,
-            eval_split=None if args.eval_split == "none" else args.eval_split,
+            shift=args.shift, eval_split=None if args.eval_split == "none" else args.eval_split,
             log=lambda rec: print(json.dumps(rec), flush=True),
         )  # fmt: skip
     except (FileNotFoundError, ValueError, WeightsError) as err:

@@ -11,6 +11,12 @@ CLIP track starts from a tiny open_clip model pretrained here with plain symmetr
   dropped, so no test image is seen in pretraining;
 * clean: each pool image is paired with its own 5 captions (no noise).
 
+``shift="withheld"`` draws the same pool with captions that never state one concept the
+world's captions do (:data:`WITHHELD_WORDS`: counts in the counting world, sizes in the
+default world): a stand-in that fine-tuning could teach something. Measured, the track's
+fine-tune does not learn the concept (docs/research/2026-11-29-clip-withheld-concept.md), so
+the default stays ``none``.
+
 The renderer is passed in (``render(scene_record, size) -> PIL.Image``:
 ``precomputed.synthetic.render.render_scene``), so this module does not depend on it.
 """
@@ -44,7 +50,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "POOL_CODE",
+    "POOL_SHIFT",
     "POOL_SIZE",
+    "SHIFTS",
+    "WITHHELD_WORDS",
     "PretrainConfig",
     "Renderer",
     "encode_split",
@@ -55,6 +64,7 @@ __all__ = [
     "render_images",
     "scene_key",
     "tokenize_captions",
+    "withhold",
     "zero_shot",
 ]
 
@@ -62,6 +72,21 @@ __all__ = [
 POOL_CODE = 7
 #: Pool images of the default stand-in (5 captions each).
 POOL_SIZE = 20000
+#: Pool shifts (``make_pool``'s ``shift``): ``none`` draws the pool's captions as the world
+#: writes its own; ``withheld`` drops :data:`WITHHELD_WORDS` from them.
+SHIFTS = ("none", "withheld")
+#: The stand-in's pool shift (tools/pretrain_clip.py's and make compare's).
+POOL_SHIFT = "none"
+#: Words no ``withheld`` pool caption contains, per generator. Web alt-text rarely states
+#: how many things an image shows or how large they are, and web-pretrained CLIP is known to
+#: miss counts (Paiss et al., ICCV 2023, "Teaching CLIP to Count to Ten"). With the concept
+#: absent from pretraining, a stand-in pretrained to convergence would leave the fine-tune
+#: something to learn, where the unshifted pool leaves nothing (the clean fine-tune ends at
+#: or below zero-shot on both worlds: docs/research/2026-11-29-clip-step-size.md).
+WITHHELD_WORDS: dict[str, frozenset[str]] = {
+    "counting": frozenset({"one", "two", "three", "several"}),
+    "default": frozenset({"small", "little", "tiny", "large", "big", "huge"}),
+}
 #: CLIP's upper bound on the temperature (open_clip training clamps logit_scale to ln 100).
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -120,8 +145,18 @@ def _caption(settings: dict, rng: np.random.Generator, scene: object) -> list[st
     return caption_scene(rng, scene, CAPTIONS_PER_IMAGE, settings["partialness"])
 
 
+def withhold(caption: str, words: frozenset[str]) -> str:
+    """``caption`` without the words in ``words`` (whole words, split on spaces)."""
+    return " ".join(w for w in caption.split() if w not in words)
+
+
 def make_pool(
-    settings: dict, num_scenes: int, exclude: Iterable[dict] = (), *, offset: int = 0
+    settings: dict,
+    num_scenes: int,
+    exclude: Iterable[dict] = (),
+    *,
+    offset: int = 0,
+    shift: str = POOL_SHIFT,
 ) -> tuple[list[dict], list[list[str]], int]:
     """Draw a clean pretraining pool from the world's generators on a disjoint stream.
 
@@ -130,6 +165,7 @@ def make_pool(
         num_scenes: pool images to return (after dropping duplicates of ``exclude``).
         exclude: scene records of the train/dev/test splits; equal scenes are redrawn.
         offset: shifts the stream (another pool of the same world).
+        shift: one of :data:`SHIFTS`: how the pool's captions depart from the world's.
 
     Returns:
         (scene records as in ``{split}_scenes.jsonl``, captions per scene (5 each), number of
@@ -137,6 +173,9 @@ def make_pool(
     """
     if num_scenes < 1:
         raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
+    if shift not in SHIFTS:
+        raise ValueError(f"unknown pool shift {shift!r}; choose one of {', '.join(SHIFTS)}")
+    withheld = WITHHELD_WORDS[_check_pool_generator(settings)] if shift == "withheld" else None
     seed, code = int(settings["seed"]), POOL_CODE + int(offset)
     banned = {scene_key(s) for s in exclude}
     scene_rng = np.random.default_rng([seed, code, 1])
@@ -153,7 +192,8 @@ def make_pool(
             if hasattr(scene, "image_id"):
                 scene.image_id = record["image_id"]
             scenes.append(record)
-            captions.append(_caption(settings, cap_rng, scene))
+            caps = _caption(settings, cap_rng, scene)
+            captions.append([withhold(c, withheld) for c in caps] if withheld else caps)
     return scenes, captions, dropped
 
 
@@ -386,6 +426,7 @@ def pretrain_on_world(
     *,
     pool_size: int,
     offset: int = 0,
+    shift: str = POOL_SHIFT,
     eval_split: str | None = "test",
     log: Callable[[dict], None] | None = None,
 ) -> dict:
@@ -400,13 +441,13 @@ def pretrain_on_world(
     splits = {s: read_split(data_root, s) for s in ("train", "dev", "test")}
     exclude = [scene for scenes, _ in splits.values() for scene in scenes]
     t0 = time.perf_counter()
-    scenes, captions, dropped = make_pool(settings, pool_size, exclude, offset=offset)
+    scenes, captions, dropped = make_pool(settings, pool_size, exclude, offset=offset, shift=shift)
     images = render_images(scenes, render, model.image_size)
     flat = tokenize_captions(model, [c for caps in captions for c in caps])
     tokens = flat.view(len(scenes), CAPTIONS_PER_IMAGE, -1)
     pool = {
         "images": len(scenes), "captions": int(flat.shape[0]), "duplicates_dropped": dropped,
-        "code": POOL_CODE + offset, "world_seed": int(settings["seed"]),
+        "code": POOL_CODE + offset, "shift": shift, "world_seed": int(settings["seed"]),
         "prepare_seconds": round(time.perf_counter() - t0, 2),
     }  # fmt: skip
     if log is not None:

@@ -13,6 +13,7 @@ from precomputed.synthetic import make_synthetic
 from ugncl.backbones.clip.adapter import build_clip
 from ugncl.backbones.clip.models import TINY_MODEL
 from ugncl.backbones.clip.pretrain import (
+    WITHHELD_WORDS,
     PretrainConfig,
     load_world_settings,
     make_pool,
@@ -138,3 +139,26 @@ def test_a_counting_world_pools_its_own_scenes_disjoint_from_its_splits(tmp_path
                               num_test=2, regions=4, feature_dim=8, noise_ratios=())  # fmt: skip
     with pytest.raises(ValueError, match="activity world has no images"):
         make_pool(load_world_settings(activity), 5)
+
+
+@pytest.mark.parametrize("generator", ["default", "counting"])
+def test_the_withheld_pool_never_states_the_withheld_concept(tmp_path, generator):
+    """The "withheld" pool is the stand-in's pool with the world's withheld words taken out of
+    its captions, scene for scene; the world's own captions keep them."""
+    options = {} if generator == "default" else {"generator": "counting"}
+    root = make_synthetic(tmp_path / generator, num_train=40, num_dev=4, num_test=4, regions=4,
+                          feature_dim=8, noise_ratios=(), **options)  # fmt: skip
+    settings = load_world_settings(root)
+    words = WITHHELD_WORDS[generator]
+    scenes, captions, _ = make_pool(settings, 60, [], shift="withheld")
+    plain_scenes, plain_captions, _ = make_pool(settings, 60, [])
+    assert scenes == plain_scenes
+    said = {w for caps in plain_captions for c in caps for w in c.split()}
+    assert said & words, "the unshifted pool states the concept"
+    for caps, plain in zip(captions, plain_captions):
+        assert not {w for c in caps for w in c.split()} & words
+        assert caps == [" ".join(w for w in c.split() if w not in words) for c in plain]
+    world_words = {w for c in read_split(root, "train")[1] for w in c.split()}
+    assert world_words & words
+    with pytest.raises(ValueError, match="unknown pool shift 'colour'"):
+        make_pool(settings, 2, [], shift="colour")
