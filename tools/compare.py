@@ -129,7 +129,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--block",
         default="compare",
         help="with --write-results: the name of the result blocks to write (default compare; "
-        "make compare-clip writes compare-clip-counting)",
+        "make compare-clip writes compare-clip-counting and compare-clip-fuller)",
     )
     parser.add_argument(
         "--skip-failed",
