@@ -79,10 +79,10 @@ SHIFTS = ("none", "withheld")
 POOL_SHIFT = "none"
 #: Words no ``withheld`` pool caption contains, per generator. Web alt-text rarely states
 #: how many things an image shows or how large they are, and web-pretrained CLIP is known to
-#: miss counts (Paiss et al., ICCV 2023, "Teaching CLIP to Count to Ten"). With the concept
-#: absent from pretraining, a stand-in pretrained to convergence would leave the fine-tune
-#: something to learn, where the unshifted pool leaves nothing (the clean fine-tune ends at
-#: or below zero-shot on both worlds: docs/research/2026-11-29-clip-step-size.md).
+#: miss counts (Paiss et al., ICCV 2023, "Teaching CLIP to Count to Ten"). The shift tests
+#: whether a concept absent from pretraining leaves the fine-tune something to teach, where
+#: the unshifted pool leaves nothing (the clean fine-tune ends at or below zero-shot:
+#: docs/research/2026-11-29-clip-step-size.md); measured, the fine-tune does not learn it.
 WITHHELD_WORDS: dict[str, frozenset[str]] = {
     "counting": frozenset({"one", "two", "three", "several"}),
     "default": frozenset({"small", "little", "tiny", "large", "big", "huge"}),
