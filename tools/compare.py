@@ -54,9 +54,12 @@ stand-in weights (tools/pretrain_clip.py), and its report goes to
 ``runs/compare-<hash of the options>`` (a plan reuses finished cells by name, so each world has
 its own folder). The counting world (``--world "--generator counting"``) has a CLIP view of
 its own renderer; a world without rendered images (``--generator activity``) gets the SGRAF
-track only. ``--backbone clip`` trains and reports one track::
+track only. ``--backbone clip`` trains and reports one track, and ``--pool-shift renamed``
+gives it a stand-in whose pretraining pool names one concept by another word, so that the
+fine-tune has something to teach (``make compare-clip``'s worlds)::
 
-    python tools/compare.py --plan default --world "--generator counting" --backbone clip
+    python tools/compare.py --plan default --world "--generator counting" --backbone clip \
+        --pool-shift renamed
 """
 
 from __future__ import annotations
@@ -93,6 +96,9 @@ if TYPE_CHECKING:
     from ugncl.run.compare_grid import PlanSize
 
 SUFFIX = {"markdown": "md", "csv": "csv", "json": "json"}
+#: ugncl.backbones.clip.pretrain.SHIFTS (a test keeps them equal), not imported here: that
+#: module loads open_clip, which a report-only run does not need.
+SHIFT_CHOICES = ("none", "withheld", "renamed")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -142,6 +148,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="",
         metavar="OPTIONS",
         help="tools/make_synthetic.py options of the plan's world (default: the default world)",
+    )
+    parser.add_argument(
+        "--pool-shift",
+        choices=SHIFT_CHOICES,
+        default=None,
+        help="the CLIP stand-in's pool shift (ugncl/backbones/clip/pretrain.py; default: "
+        "its POOL_SHIFT); a shifted stand-in has its own weights file",
     )
     parser.add_argument(
         "--backbone",
@@ -236,9 +249,9 @@ def world_root(options: str) -> Path:
     )
 
 
-def ensure_world(options: str) -> tuple[Path, Path | None]:
-    """The plan's world root and CLIP stand-in weights, generated when missing; no weights
-    (None) for a world without a CLIP view (``--generator activity`` or
+def ensure_world(options: str, shift: str | None = None) -> tuple[Path, Path | None]:
+    """The plan's world root and CLIP stand-in weights (of pool ``shift``), generated when
+    missing; no weights (None) for a world without a CLIP view (``--generator activity`` or
     ``--image-size 0`` render no images)."""
     root = world_root(options)
     tools = Path(__file__).resolve().parent
@@ -250,23 +263,37 @@ def ensure_world(options: str) -> tuple[Path, Path | None]:
         print(f"{root} has no CLIP view (no rendered images): the SGRAF track only",
               file=sys.stderr)  # fmt: skip
         return root, None
-    weights = stand_in_path(root)
-    if not weights.is_file():
+    weights = stand_in_path(root, shift)
+    pretrain = [sys.executable, str(tools / "pretrain_clip.py"), "--data", str(root)]
+    if weights.is_file():
+        return root, weights
+    if shift == "renamed":  # made exactly from the unshifted stand-in, in seconds
+        base = stand_in_path(root, "none")
+        if not base.is_file():
+            print(f"pretraining the CLIP stand-in {base} ...", file=sys.stderr)
+            subprocess.run([*pretrain, "--out", str(base), "--threads", "1"], check=True)
+        print(f"renaming the CLIP stand-in {base} into {weights} ...", file=sys.stderr)
+        cmd = [*pretrain, "--shift", "renamed", "--from", str(base), "--out", str(weights)]
+        subprocess.run([*cmd, "--threads", "1"], check=True)
+    else:
         print(f"pretraining the CLIP stand-in {weights} ...", file=sys.stderr)
-        cmd = [sys.executable, str(tools / "pretrain_clip.py"), "--data", str(root)]
-        subprocess.run([*cmd, "--out", str(weights), "--threads", "1"], check=True)
+        shifted = ["--shift", shift] if shift else []
+        subprocess.run([*pretrain, *shifted, "--out", str(weights), "--threads", "1"], check=True)
     return root, weights
 
 
-def stand_in_path(root: Path) -> Path:
+def stand_in_path(root: Path, shift: str | None = None) -> Path:
     """The world's CLIP stand-in, named by its pretraining recipe (tools/pretrain_clip.py's
-    defaults), so a plan whose recipe changed pretrains a new one and its CLIP cells, which
-    name the weights file, are stale and train again."""
+    defaults, and the pool shift where it is not ``none``), so a plan whose recipe changed
+    pretrains a new one and its CLIP cells, which name the weights file, are stale and train
+    again."""
     from ugncl.backbones.clip.models import TINY_MODEL
-    from ugncl.backbones.clip.pretrain import POOL_SIZE, PretrainConfig
+    from ugncl.backbones.clip.pretrain import POOL_SHIFT, POOL_SIZE, PretrainConfig
 
     steps = PretrainConfig().steps
-    return root / "clip" / f"{TINY_MODEL}-{steps}steps-pool{POOL_SIZE}.pt"
+    shift = shift or POOL_SHIFT
+    tag = "" if shift == "none" else f"-{shift}"
+    return root / "clip" / f"{TINY_MODEL}-{steps}steps-pool{POOL_SIZE}{tag}.pt"
 
 
 def stand_in_record(weights: Path | None) -> tuple[str, dict] | None:
@@ -327,9 +354,10 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         return print_estimate(args)
     if args.report_only:  # nothing to train: no world is written
         world = world_root(args.world)
-        weights = stand_in_path(world) if (world / "synthetic_clip").is_dir() else None
+        clip_view = (world / "synthetic_clip").is_dir()
+        weights = stand_in_path(world, args.pool_shift) if clip_view else None
     else:
-        world, weights = ensure_world(args.world)
+        world, weights = ensure_world(args.world, args.pool_shift)
     size = plan_size(args)
     if args.out == "runs/compare":  # one folder per plan and world: cells are reused by name
         args.out += "" if args.plan == "default" else f"-{args.plan}"
@@ -361,6 +389,7 @@ def run_plan_and_report(args: argparse.Namespace) -> int:
         + (f" --ratios {' '.join(str(r) for r in args.ratios)}" if args.ratios else "")
         + (f' --world "{args.world}"' if args.world else "")
         + (f" --backbone {args.backbone}" if args.backbone else "")
+        + (f" --pool-shift {args.pool_shift}" if args.pool_shift else "")
         + "`",
         cpu_kernels_note(rows),
         f"World `{world}`, "

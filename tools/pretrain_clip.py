@@ -9,6 +9,10 @@ symmetric InfoNCE, writes the local pretrained checkpoint the synthetic CLIP con
 (``<data>/clip/ugncl-tiny-pretrained.pt``, weights_only-loadable) with a ``.json`` record
 beside it, and prints the record: pool, steps, wall time, pairs/s and the zero-shot retrieval
 metrics on the test split.
+
+``--shift renamed --from <weights>`` makes the renamed pool's stand-in from a stand-in of the
+world's unshifted pool in seconds, without pretraining again (exact:
+``ugncl.backbones.clip.pretrain.exchange_token_rows``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ugncl.backbones.clip.pretrain import (
     PretrainConfig,
     load_world_settings,
     pretrain_on_world,
+    rename_stand_in,
 )
 from ugncl.run.cli import check_writable, cli_main
 
@@ -52,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=POOL_SHIFT,
         choices=SHIFTS,
         help="how the pool's captions depart from the world's (see pretrain.py)",
+    )
+    p.add_argument(
+        "--from",
+        dest="base",
+        default=None,
+        help="with --shift renamed: the world's unshifted stand-in to rename, no pretraining",
     )
     p.add_argument("--steps", type=int, default=d.steps, help="optimiser steps")
     p.add_argument("--batch-size", type=int, default=d.batch_size)
@@ -79,19 +90,32 @@ def main(argv: list[str] | None = None) -> int:
         weight_decay=args.weight_decay, warmup_steps=args.warmup, seed=args.seed,
         log_every=args.log_every,
     )  # fmt: skip
+    if args.base is not None and args.shift != "renamed":
+        print(f"error: --from renames a stand-in; add --shift renamed (not {args.shift})",
+              file=sys.stderr)  # fmt: skip
+        return 2
     torch.manual_seed(args.seed)
+    eval_split = None if args.eval_split == "none" else args.eval_split
     try:
         render = renderer_for(load_world_settings(args.data).get("generator"))
-        model = build_clip(args.model)
-        record = pretrain_on_world(
-            model, args.data, render, cfg, pool_size=args.pool, offset=args.offset,
-            shift=args.shift, eval_split=None if args.eval_split == "none" else args.eval_split,
-            log=lambda rec: print(json.dumps(rec), flush=True),
-        )  # fmt: skip
+        if args.base is not None:
+            model = build_clip(args.model, pretrained=args.base)
+            base = torch.load(args.base, map_location="cpu", weights_only=True)
+            record = rename_stand_in(
+                model, base.get("pretraining") or {}, args.data, render, eval_split=eval_split
+            )
+            record["renamed_from"] = str(args.base)
+        else:
+            model = build_clip(args.model)
+            record = pretrain_on_world(
+                model, args.data, render, cfg, pool_size=args.pool, offset=args.offset,
+                shift=args.shift, eval_split=eval_split,
+                log=lambda rec: print(json.dumps(rec), flush=True),
+            )  # fmt: skip
+            record["threads"] = torch.get_num_threads()
     except (FileNotFoundError, ValueError, WeightsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    record["threads"] = torch.get_num_threads()
     save_clip_weights(model, out, pretraining=json.loads(json.dumps(record)))
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({"wrote": str(out), **record}))

@@ -11,11 +11,21 @@ CLIP track starts from a tiny open_clip model pretrained here with plain symmetr
   dropped, so no test image is seen in pretraining;
 * clean: each pool image is paired with its own 5 captions (no noise).
 
-``shift="withheld"`` draws the same pool with captions that never state one concept the
-world's captions do (:data:`WITHHELD_WORDS`: counts in the counting world, sizes in the
-default world): a stand-in that fine-tuning could teach something. Measured, the track's
-fine-tune does not learn the concept (docs/research/2026-11-29-clip-withheld-concept.md), so
-the default stays ``none``.
+Two shifts make the pool depart from the world, so that fine-tuning on the world's pairs has
+something to teach the stand-in (without one, the clean fine-tune ends at zero-shot:
+docs/research/2026-11-29-clip-step-size.md):
+
+* ``shift="withheld"`` draws the same pool with captions that never state one concept the
+  world's captions do (:data:`WITHHELD_WORDS`: counts in the counting world, sizes in the
+  default world). Measured, the track's fine-tune does not learn the concept
+  (docs/research/2026-11-29-clip-withheld-concept.md).
+* ``shift="renamed"`` draws the same pool with captions that call a concept by another word
+  (:data:`RENAMED_WORDS`: the colour red is "crimson"), as web alt-text and annotators name
+  things differently. The image tower learns the concept; the text tower never reads the
+  world's word for it, and the fine-tune teaches it
+  (docs/research/2026-11-29-clip-renamed-word.md). :func:`exchange_token_rows` turns a
+  stand-in of the unshifted pool into the renamed pool's stand-in exactly, without pretraining
+  again (its docstring says why).
 
 The renderer is passed in (``render(scene_record, size) -> PIL.Image``:
 ``precomputed.synthetic.render.render_scene``), so this module does not depend on it.
@@ -27,7 +37,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,15 +62,19 @@ __all__ = [
     "POOL_CODE",
     "POOL_SHIFT",
     "POOL_SIZE",
+    "RENAMED_WORDS",
     "SHIFTS",
     "WITHHELD_WORDS",
     "PretrainConfig",
     "Renderer",
     "encode_split",
+    "exchange_token_rows",
     "load_scenes",
     "load_world_settings",
     "make_pool",
     "pretrain",
+    "rename",
+    "rename_stand_in",
     "render_images",
     "scene_key",
     "tokenize_captions",
@@ -73,9 +87,11 @@ POOL_CODE = 7
 #: Pool images of the default stand-in (5 captions each).
 POOL_SIZE = 20000
 #: Pool shifts (``make_pool``'s ``shift``): ``none`` draws the pool's captions as the world
-#: writes its own; ``withheld`` drops :data:`WITHHELD_WORDS` from them.
-SHIFTS = ("none", "withheld")
-#: The stand-in's pool shift (tools/pretrain_clip.py's and make compare's).
+#: writes its own; ``withheld`` drops :data:`WITHHELD_WORDS` from them; ``renamed`` says
+#: :data:`RENAMED_WORDS`' pool words in place of the world's.
+SHIFTS = ("none", "withheld", "renamed")
+#: The stand-in's pool shift by default (tools/pretrain_clip.py's and tools/compare.py's;
+#: make compare-clip asks for ``renamed``).
 POOL_SHIFT = "none"
 #: Words no ``withheld`` pool caption contains, per generator. Web alt-text rarely states
 #: how many things an image shows or how large they are, and web-pretrained CLIP is known to
@@ -87,6 +103,14 @@ WITHHELD_WORDS: dict[str, frozenset[str]] = {
     "counting": frozenset({"one", "two", "three", "several"}),
     "default": frozenset({"small", "little", "tiny", "large", "big", "huge"}),
 }
+#: World word -> the word a ``renamed`` pool says instead (every generator). Each is one
+#: token of CLIP's vocabulary and no generator writes the pool word, so the stand-in's text
+#: tower never reads the world's word. One colour: measured on the seed-0 cells of both
+#: regime worlds, renaming three or more colours takes the clean fine-tune below 350 test rSum
+#: (the fine-tune's 124 steps at lr 1e-4 cannot move a new word's embedding far enough), and
+#: one leaves it above 350 with a gain over zero-shot
+#: (docs/research/2026-11-29-clip-renamed-word.md).
+RENAMED_WORDS: dict[str, str] = {"red": "crimson"}
 #: CLIP's upper bound on the temperature (open_clip training clamps logit_scale to ln 100).
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -150,6 +174,11 @@ def withhold(caption: str, words: frozenset[str]) -> str:
     return " ".join(w for w in caption.split() if w not in words)
 
 
+def rename(caption: str, renamed: Mapping[str, str]) -> str:
+    """``caption`` with every word of ``renamed`` replaced by its value (whole words only)."""
+    return " ".join(renamed.get(w, w) for w in caption.split())
+
+
 def make_pool(
     settings: dict,
     num_scenes: int,
@@ -175,7 +204,8 @@ def make_pool(
         raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
     if shift not in SHIFTS:
         raise ValueError(f"unknown pool shift {shift!r}; choose one of {', '.join(SHIFTS)}")
-    withheld = WITHHELD_WORDS[_check_pool_generator(settings)] if shift == "withheld" else None
+    generator = _check_pool_generator(settings)
+    withheld = WITHHELD_WORDS[generator] if shift == "withheld" else None
     seed, code = int(settings["seed"]), POOL_CODE + int(offset)
     banned = {scene_key(s) for s in exclude}
     scene_rng = np.random.default_rng([seed, code, 1])
@@ -193,7 +223,11 @@ def make_pool(
                 scene.image_id = record["image_id"]
             scenes.append(record)
             caps = _caption(settings, cap_rng, scene)
-            captions.append([withhold(c, withheld) for c in caps] if withheld else caps)
+            if withheld:
+                caps = [withhold(c, withheld) for c in caps]
+            elif shift == "renamed":
+                caps = [rename(c, RENAMED_WORDS) for c in caps]
+            captions.append(caps)
     return scenes, captions, dropped
 
 
@@ -211,6 +245,37 @@ def render_images(scenes: Sequence[dict], render: Renderer, size: int) -> Tensor
 def tokenize_captions(model: CLIPSimilarity, captions: Sequence[str]) -> Tensor:
     """(n, ctx) token ids with open_clip's tokenizer at the model's context length."""
     return model.tokenizer()(list(captions))
+
+
+def _single_token(model: CLIPSimilarity, word: str) -> int:
+    ids = model.tokenizer().encode(word)
+    if len(ids) != 1:
+        raise ValueError(f"{word!r} is {len(ids)} tokens of the model's vocabulary, not one")
+    return int(ids[0])
+
+
+@torch.no_grad()
+def exchange_token_rows(model: CLIPSimilarity, renamed: Mapping[str, str] = RENAMED_WORDS) -> None:
+    """Exchange the token-embedding rows of each world word and its pool word, in place.
+
+    Pretraining is a function of the initial weights and the token ids it reads. Let ``pi``
+    exchange the ids of each pair of ``renamed`` (one token each). Pretraining on the renamed
+    pool from initial weights ``theta`` is, step for step, pretraining on the unshifted pool
+    from ``pi(theta)`` with ``pi`` applied to the result: only the token embedding's rows are
+    addressed by id (the text tower pools at the highest id, the end token, above both), and
+    every other weight sees the same numbers. ``pi(theta)`` is as random an initialisation as
+    ``theta`` (the rows are drawn i.i.d.). So a stand-in of the unshifted pool with its rows
+    exchanged is the renamed pool's stand-in from the initialisation with those rows exchanged,
+    bit for bit (tests/ugncl/backbones/clip/test_pretrain.py checks it), made in a second
+    instead of a pretraining's 38 minutes.
+
+    Raises:
+        ValueError: a word that is not one token of the model's vocabulary.
+    """
+    weight = model.model.token_embedding.weight
+    for word, pool_word in renamed.items():
+        a, b = _single_token(model, word), _single_token(model, pool_word)
+        weight[[a, b]] = weight[[b, a]].clone()
 
 
 def _normaliser(model: CLIPSimilarity) -> Callable[[Tensor], Tensor]:
@@ -454,15 +519,56 @@ def pretrain_on_world(
         log({"pool": pool})
     record = {"pool": pool, "train": pretrain(model, images, tokens, cfg, log=log)}
     if eval_split is not None:
-        t1 = time.perf_counter()
-        ev_scenes, ev_caps = splits[eval_split]
-        metrics = zero_shot(
-            model, render_images(ev_scenes, render, model.image_size),
-            tokenize_captions(model, ev_caps), CAPTIONS_PER_IMAGE,
-        )  # fmt: skip
-        record["zero_shot"] = {
-            "split": eval_split,
-            **metrics,
-            "seconds": round(time.perf_counter() - t1, 2),
-        }
+        record["zero_shot"] = _zero_shot_record(model, data_root, render, eval_split)
+    return record
+
+
+def _zero_shot_record(
+    model: CLIPSimilarity, data_root: str | Path, render: Renderer, split: str
+) -> dict:
+    t0 = time.perf_counter()
+    scenes, captions = read_split(data_root, split)
+    metrics = zero_shot(
+        model, render_images(scenes, render, model.image_size),
+        tokenize_captions(model, captions), CAPTIONS_PER_IMAGE,
+    )  # fmt: skip
+    return {"split": split, **metrics, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def rename_stand_in(
+    model: CLIPSimilarity,
+    base: Mapping,
+    data_root: str | Path,
+    render: Renderer,
+    *,
+    eval_split: str | None = "test",
+) -> dict:
+    """Make ``model``, the stand-in of a world's unshifted pool, the ``renamed`` pool's stand-in
+    (:func:`exchange_token_rows`, in place) and return its record.
+
+    Args:
+        base: the unshifted stand-in's pretraining record (its ``pool``, ``train``, ...).
+
+    Returns:
+        ``base`` with the pool's ``shift`` set to ``renamed``, ``renamed`` (the word pairs)
+        and the new ``zero_shot`` on ``eval_split`` (dropped when None).
+
+    Raises:
+        ValueError: ``base`` is not a record of an unshifted pool of this world.
+    """
+    pool = base.get("pool") or {}
+    if pool.get("shift", "none") != "none":
+        raise ValueError(f"the stand-in's pool is already shifted ({pool.get('shift')!r})")
+    seed = int(load_world_settings(data_root)["seed"])
+    if pool.get("world_seed") != seed:
+        raise ValueError(
+            f"the stand-in was pretrained on a world of seed {pool.get('world_seed')}, "
+            f"this world's is {seed}; pretrain one on this world first"
+        )
+    exchange_token_rows(model)
+    record = {k: v for k, v in base.items() if k != "zero_shot"}
+    record["pool"] = {**pool, "shift": "renamed"}
+    record["renamed"] = dict(RENAMED_WORDS)
+    if eval_split is not None:
+        record["zero_shot"] = _zero_shot_record(model, data_root, render, eval_split)
     return record
