@@ -411,3 +411,41 @@ def test_the_stand_in_is_named_by_its_recipe(tool, tmp_path) -> None:
     assert f"{PretrainConfig().steps}steps" in path.name and f"pool{POOL_SIZE}" in path.name
     finetune = next(r for r in clip_rows(path) if r.label == "finetune")
     assert f"model.clip.pretrained={path}" in finetune.sets
+
+
+def test_a_shifted_stand_in_has_its_own_file_and_the_renamed_one_is_made_from_the_plain_one(
+    tool, tmp_path, monkeypatch
+) -> None:
+    """--pool-shift names its own weights file (the unshifted name stays the default plan's);
+    the renamed stand-in is made from the unshifted one, which is pretrained first when
+    missing."""
+    from ugncl.backbones.clip.pretrain import SHIFTS
+
+    compare = tool("compare")
+    assert compare.SHIFT_CHOICES == SHIFTS
+    plain = compare.stand_in_path(tmp_path)
+    assert compare.stand_in_path(tmp_path, "none") == plain
+    renamed = compare.stand_in_path(tmp_path, "renamed")
+    assert renamed.name == plain.name.replace(".pt", "-renamed.pt")
+    options = "--num-train 30"
+    root = tmp_path / compare.world_root(options)
+    (root / "synthetic_precomp").mkdir(parents=True)
+    (root / "synthetic_precomp" / "world.json").write_text("{}")
+    (root / "synthetic_clip").mkdir()
+    calls = []
+
+    def run(cmd, check):
+        calls.append(cmd[2:])
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.parent.mkdir(exist_ok=True)
+        out.touch()
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(compare.subprocess, "run", run)
+    world, weights = compare.ensure_world(options, "renamed")
+    base = str(compare.stand_in_path(world, "none"))
+    assert weights == compare.stand_in_path(world, "renamed")
+    assert [c[c.index("--out") + 1] for c in calls] == [base, str(weights)]
+    assert "--shift" not in calls[0] and calls[1][calls[1].index("--from") + 1] == base
+    calls.clear()
+    assert compare.ensure_world(options, "renamed") == (world, weights) and not calls

@@ -105,6 +105,11 @@ def stand_in_sentence(
             threads = record.get("threads")
             used = f" of {threads} thread{'s' if threads != 1 else ''}" if threads else ""
             out += f" in {float(train['seconds']):.0f} s{used}"
+    pool = record.get("pool") or {}
+    if pool.get("shift", "none") != "none":
+        renamed = record.get("renamed") or {}
+        said = ", ".join(f'"{word}" "{pool_word}"' for word, pool_word in renamed.items())
+        out += f"; pool shift `{pool['shift']}`" + (f" (its pool calls {said})" if said else "")
     out += f"; zero-shot test rSum {float(zero):.1f}"
     seeds = sorted(clean, key=str) if clean else []
     if seeds:

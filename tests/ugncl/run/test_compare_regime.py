@@ -54,3 +54,9 @@ def test_the_stand_in_line_reads_its_pretraining_record() -> None:
         "CLIP stand-in `w.pt`; zero-shot test rSum 100.0."
     )
     assert stand_in_sentence("w.pt", {"train": {"steps": 1}}) is None
+    renamed = {"pool": {"shift": "renamed"}, "renamed": {"red": "crimson"},
+               "zero_shot": {"rsum": 339.3}}  # fmt: skip
+    assert stand_in_sentence("w.pt", renamed) == (
+        'CLIP stand-in `w.pt`; pool shift `renamed` (its pool calls "red" "crimson"); '
+        "zero-shot test rSum 339.3."
+    )

@@ -13,13 +13,17 @@ from precomputed.synthetic import make_synthetic
 from ugncl.backbones.clip.adapter import build_clip
 from ugncl.backbones.clip.models import TINY_MODEL
 from ugncl.backbones.clip.pretrain import (
+    RENAMED_WORDS,
     WITHHELD_WORDS,
     PretrainConfig,
+    exchange_token_rows,
     load_world_settings,
     make_pool,
     pretrain,
     pretrain_on_world,
     read_split,
+    rename,
+    rename_stand_in,
     render_images,
     scene_key,
 )
@@ -162,3 +166,77 @@ def test_the_withheld_pool_never_states_the_withheld_concept(tmp_path, generator
     assert world_words & words
     with pytest.raises(ValueError, match="unknown pool shift 'colour'"):
         make_pool(settings, 2, [], shift="colour")
+
+
+@pytest.mark.parametrize("generator", ["default", "counting"])
+def test_the_renamed_pool_says_the_pool_word_where_the_world_says_its_own(tmp_path, generator):
+    """The "renamed" pool is the stand-in's pool, scene for scene, with every world word of
+    RENAMED_WORDS replaced by its pool word; the world's captions never say a pool word."""
+    options = {} if generator == "default" else {"generator": "counting"}
+    root = make_synthetic(tmp_path / generator, num_train=40, num_dev=4, num_test=4, regions=4,
+                          feature_dim=8, noise_ratios=(), **options)  # fmt: skip
+    settings = load_world_settings(root)
+    scenes, captions, _ = make_pool(settings, 80, [], shift="renamed")
+    plain_scenes, plain_captions, _ = make_pool(settings, 80, [])
+    assert scenes == plain_scenes
+    said = {w for caps in plain_captions for c in caps for w in c.split()}
+    assert set(RENAMED_WORDS) <= said, "the unshifted pool says every renamed word"
+    for caps, plain in zip(captions, plain_captions):
+        assert not {w for c in caps for w in c.split()} & set(RENAMED_WORDS)
+        assert caps == [rename(c, RENAMED_WORDS) for c in plain]
+    world_words = {w for split in ("train", "test") for c in read_split(root, split)[1]
+                   for w in c.split()}  # fmt: skip
+    assert set(RENAMED_WORDS) <= world_words
+    assert not world_words & set(RENAMED_WORDS.values())
+
+
+def test_exchanging_token_rows_is_pretraining_on_the_renamed_pool(world):
+    """exchange_token_rows' claim, bit for bit: pretraining on the renamed pool from an
+    initialisation with the words' rows exchanged equals pretraining on the unshifted pool
+    and exchanging the rows afterwards."""
+    import copy
+
+    settings = load_world_settings(world)
+    scenes, captions, _ = make_pool(settings, 16, [])
+    _, renamed, _ = make_pool(settings, 16, [], shift="renamed")
+    assert any("red" in c.split() for caps in captions for c in caps)
+    torch.manual_seed(0)
+    plain_model = build_clip(TINY_MODEL)
+    renamed_model = copy.deepcopy(plain_model)
+    exchange_token_rows(renamed_model)
+    images = render_images(scenes, stub_render, plain_model.image_size)
+
+    def tokens(caps):
+        return plain_model.tokenizer()([c for cs in caps for c in cs]).view(16, 5, -1)
+
+    cfg = PretrainConfig(steps=6, batch_size=8, lr=1e-3, warmup_steps=2, log_every=6)
+    pretrain(plain_model, images, tokens(captions), cfg)
+    pretrain(renamed_model, images, tokens(renamed), cfg)
+    plain_state = plain_model.model.state_dict()
+    renamed_state = renamed_model.model.state_dict()
+    assert not torch.equal(plain_state["token_embedding.weight"],
+                           renamed_state["token_embedding.weight"])  # fmt: skip
+    exchange_token_rows(plain_model)
+    for name, value in plain_model.model.state_dict().items():
+        assert torch.equal(value, renamed_state[name]), name
+
+
+def test_a_renamed_stand_in_needs_an_unshifted_one_of_the_same_world(world, tmp_path, tool,
+                                                                     capsys):  # fmt: skip
+    torch.manual_seed(0)
+    model = build_clip(TINY_MODEL)
+    seed = load_world_settings(world)["seed"]
+    base = {"pool": {"shift": "none", "world_seed": seed}, "train": {"steps": 3}}
+    record = rename_stand_in(model, base, world, stub_render, eval_split=None)
+    assert record["pool"]["shift"] == "renamed" and record["renamed"] == RENAMED_WORDS
+    assert record["train"] == {"steps": 3} and "zero_shot" not in record
+    with pytest.raises(ValueError, match="already shifted"):
+        rename_stand_in(model, record, world, stub_render)
+    with pytest.raises(ValueError, match="world of seed 99"):
+        rename_stand_in(model, {"pool": {"world_seed": 99}}, world, stub_render)
+    with pytest.raises(ValueError, match="3 tokens"):
+        exchange_token_rows(model, {"red": "vermilion"})
+    out = tmp_path / "x.pt"
+    argv = ["--data", str(world), "--from", str(out), "--out", str(out)]
+    assert tool("pretrain_clip").main(argv) == 2
+    assert "add --shift renamed" in capsys.readouterr().err
