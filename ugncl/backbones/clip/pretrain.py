@@ -107,7 +107,7 @@ WITHHELD_WORDS: dict[str, frozenset[str]] = {
 #: token of CLIP's vocabulary and no generator writes the pool word, so the stand-in's text
 #: tower never reads the world's word. One colour: measured on the seed-0 cells of both
 #: regime worlds, renaming three or more colours takes the clean fine-tune below 350 test rSum
-#: (the fine-tune's 124 steps at lr 1e-4 cannot move a new word's embedding far enough), and
+#: (in 124 steps at lr 1e-4 the fine-tune wins back part of what a renamed word costs), and
 #: one leaves it above 350 with a gain over zero-shot
 #: (docs/research/2026-11-29-clip-renamed-word.md).
 RENAMED_WORDS: dict[str, str] = {"red": "crimson"}
