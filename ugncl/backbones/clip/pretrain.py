@@ -179,6 +179,16 @@ def rename(caption: str, renamed: Mapping[str, str]) -> str:
     return " ".join(renamed.get(w, w) for w in caption.split())
 
 
+def _pool_rewrite(shift: str, generator: str) -> Callable[[str], str] | None:
+    """How ``shift`` rewrites each pool caption of a ``generator`` world (None: as drawn)."""
+    if shift == "withheld":
+        words = WITHHELD_WORDS[generator]
+        return lambda caption: withhold(caption, words)
+    if shift == "renamed":
+        return lambda caption: rename(caption, RENAMED_WORDS)
+    return None
+
+
 def make_pool(
     settings: dict,
     num_scenes: int,
@@ -204,8 +214,7 @@ def make_pool(
         raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
     if shift not in SHIFTS:
         raise ValueError(f"unknown pool shift {shift!r}; choose one of {', '.join(SHIFTS)}")
-    generator = _check_pool_generator(settings)
-    withheld = WITHHELD_WORDS[generator] if shift == "withheld" else None
+    rewrite = _pool_rewrite(shift, _check_pool_generator(settings))
     seed, code = int(settings["seed"]), POOL_CODE + int(offset)
     banned = {scene_key(s) for s in exclude}
     scene_rng = np.random.default_rng([seed, code, 1])
@@ -223,11 +232,7 @@ def make_pool(
                 scene.image_id = record["image_id"]
             scenes.append(record)
             caps = _caption(settings, cap_rng, scene)
-            if withheld:
-                caps = [withhold(c, withheld) for c in caps]
-            elif shift == "renamed":
-                caps = [rename(c, RENAMED_WORDS) for c in caps]
-            captions.append(caps)
+            captions.append([rewrite(c) for c in caps] if rewrite else caps)
     return scenes, captions, dropped
 
 
@@ -519,15 +524,15 @@ def pretrain_on_world(
         log({"pool": pool})
     record = {"pool": pool, "train": pretrain(model, images, tokens, cfg, log=log)}
     if eval_split is not None:
-        record["zero_shot"] = _zero_shot_record(model, data_root, render, eval_split)
+        record["zero_shot"] = _zero_shot_record(model, *splits[eval_split], render, eval_split)
     return record
 
 
 def _zero_shot_record(
-    model: CLIPSimilarity, data_root: str | Path, render: Renderer, split: str
-) -> dict:
+    model: CLIPSimilarity, scenes: Sequence[dict], captions: Sequence[str], render: Renderer,
+    split: str,
+) -> dict:  # fmt: skip
     t0 = time.perf_counter()
-    scenes, captions = read_split(data_root, split)
     metrics = zero_shot(
         model, render_images(scenes, render, model.image_size),
         tokenize_captions(model, captions), CAPTIONS_PER_IMAGE,
@@ -570,5 +575,6 @@ def rename_stand_in(
     record["pool"] = {**pool, "shift": "renamed"}
     record["renamed"] = dict(RENAMED_WORDS)
     if eval_split is not None:
-        record["zero_shot"] = _zero_shot_record(model, data_root, render, eval_split)
+        scenes, captions = read_split(data_root, eval_split)
+        record["zero_shot"] = _zero_shot_record(model, scenes, captions, render, eval_split)
     return record
