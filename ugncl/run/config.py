@@ -195,6 +195,7 @@ RANGES: dict[str, str] = {
     "method.ugncl.p": "[0,1]",  # Eq. 8: a threshold on the uncertainty u in [0, 1]
     "method.ugncl.epsilon": "[0,1]",  # a threshold on the soft label in [0, 1]
     "method.ugncl.null_level": "[0,1]",  # a quantile
+    "method.ugncl.determined_level": "(0,1)",  # a share of the null
     "method.ugncl.kl_weight": ">=0",
     "method.ugncl.clean_infonce": ">=0",
     "method.ugncl.trl_weight": ">=0",

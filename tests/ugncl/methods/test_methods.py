@@ -420,3 +420,27 @@ def test_clean_pairs_oracle_is_a_named_choice() -> None:
         assert getattr(config.method, name).train_pairs == "clean"
         with pytest.raises(ConfigError, match="train_pairs"):
             load_config(cfg, [f"method.name={name}", f"method.{name}.train_pairs=truth"])
+
+
+@pytest.mark.parametrize("level", [0.0, 1.0, 1.5])
+def test_determined_level_must_be_a_share(level) -> None:
+    from ugncl.run.config import ConfigError
+
+    with pytest.raises(ConfigError, match="determined_level must be in"):
+        UGNCLMethod(determined_level=level)
+    with pytest.raises(ConfigError, match="determined_rule must be one of"):
+        UGNCLMethod(determined_rule="median")
+
+
+def test_the_method_divides_with_its_determined_rule() -> None:
+    """``method.ugncl.determined_rule`` reaches the division: a clean pair one rival
+    outranks is noisy under the paper's argmax and clean under the null test."""
+    import torch
+
+    K = 8
+    raw = torch.full((1, K, K), -0.5)
+    raw[0, torch.arange(K), torch.arange(K)] = 0.6
+    raw[0, 1, 0] = 0.8
+    paper = UGNCLMethod(evidence="tanh").divide(raw, K - 1)
+    tested = UGNCLMethod(evidence="tanh", determined_rule="null_test").divide(raw, K - 1)
+    assert paper.sets[0] == 1 and tested.sets[0] == 0  # NOISY, CLEAN

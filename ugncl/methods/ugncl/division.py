@@ -30,6 +30,7 @@ from ugncl.methods.ugncl.evidential import (
 
 __all__ = [
     "CLEAN",
+    "DETERMINED_RULES",
     "HARD_CLEAN",
     "HARD_NOISY",
     "NOISY",
@@ -49,9 +50,11 @@ __all__ = [
     "fused_log_evidence",
     "hard_division",
     "hard_soft_label",
+    "matched_pairs",
     "normalised_uncertainty",
     "null_soft_labels",
     "null_threshold",
+    "pair_log_evidence",
 ]
 
 # Set codes (paper S_C, S_N, S_H^C, S_H^N); UNVISITED marks samples no batch has covered.
@@ -385,6 +388,64 @@ def null_threshold(
     return q.clamp(min=epsilon).to(log_e.dtype)
 
 
+DETERMINED_RULES = ("argmax", "null_test")
+
+
+def pair_log_evidence(log_e_views: Tensor) -> Tensor:
+    """Fused log evidence of every image-caption combination of a batch, as a training pair.
+
+    A training pair (image ``i``, caption ``k``) is scored by the same ``e[i, k]`` in both
+    directions, so its bidirectional evidence is ``2 e[i, k]`` per view (Eq. 4), fused over
+    views (Eq. 7). The diagonal is each pair's own fused evidence (that of
+    :func:`fused_log_evidence`); entry ``(i, k)``, ``k != i``, is what a noisy pair made of
+    image ``i`` and another image's caption ``k`` would hold: the null of the division's test.
+
+    Args:
+        log_e_views: per-view log evidence ``(W, K, K)``.
+
+    Returns:
+        ``(K, K)`` fused log evidence.
+    """
+    return log_ds_combine_many(log_e_views + math.log(2.0))
+
+
+def matched_pairs(
+    log_e: Tensor, log_e_views: Tensor, rule: str = "argmax", level: float = 0.1
+) -> Tensor:
+    """Which pairs of a batch a determined division calls clean (Eq. 9 and a null test).
+
+    * ``"argmax"`` (paper Eq. 9): pair ``i``'s own caption holds the most bidirectional
+      evidence of its row, ``argmax_k b_i[k] == i``. A clean pair is called noisy whenever
+      one rival of its batch outranks it, so the share of clean pairs kept is the model's
+      in-batch R@1: it falls with the batch size K and with captions that fit several images.
+    * ``"null_test"``: pair ``i``'s fused evidence is above the ``1 - level`` quantile of the
+      batch's mismatched combinations scored as training pairs (:func:`pair_log_evidence`). A
+      noisy pair's caption describes another image, so until the model memorises it its
+      evidence is a draw from that null: about ``level`` of the noisy pairs are called clean
+      at any K, and a clean pair needs only to beat a typical mismatched pair, not every
+      rival of its batch (docs/methods/ugncl.md, "The determined pairs' test").
+
+    Args:
+        log_e: fused bidirectional log evidence ``(K, K)`` (:func:`fused_log_evidence`).
+        log_e_views: the per-view log evidence ``(W, K, K)`` it was fused from.
+        rule: one of ``DETERMINED_RULES``.
+        level: share of the null called clean (``"null_test"`` only), in ``(0, 1)``.
+
+    Returns:
+        ``(K,)`` bool. A batch of fewer than 3 pairs (an epoch's short tail) has too few
+        mismatched combinations for a null and is tested by the argmax.
+    """
+    if rule not in DETERMINED_RULES:
+        raise ValueError(f"determined rule must be one of {DETERMINED_RULES}, got {rule!r}")
+    K = log_e.shape[-1]
+    if rule == "argmax" or K < 3:
+        return log_e.argmax(dim=-1) == torch.arange(K, device=log_e.device)
+    pairs = pair_log_evidence(log_e_views)
+    eye = torch.eye(K, dtype=torch.bool, device=log_e.device)
+    threshold = torch.quantile(pairs.masked_select(~eye), 1.0 - level)
+    return torch.diagonal(pairs) > threshold
+
+
 @dataclass
 class BatchDivision:
     """Division of one batch of K pairs (all tensors ``(K,)``, on the scores' device).
@@ -418,11 +479,14 @@ def divide_batch(
     lam: int | None = None,
     centring: ScoreCentring = "none",
     null_level: float | None = None,
+    determined_rule: str = "argmax",
+    determined_level: float = 0.1,
 ) -> BatchDivision:
     """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
 
-    * ``u_bar_i < p``: determined; clean (label 1) if ``argmax_k b_i[k] == i``, else noisy
-      (label 0).
+    * ``u_bar_i < p``: determined; clean (label 1) if ``argmax_k b_i[k] == i`` (paper), or
+      with ``determined_rule="null_test"`` if its evidence is above the batch's mismatched pairs'
+      ``1 - determined_level`` quantile (:func:`matched_pairs`); else noisy (label 0).
     * ``u_bar_i >= p``: hard; soft label ``y_i`` by :func:`hard_soft_label`
       (``"projected"`` = released ``b_ii / (1 - u_i)``, ``"belief"`` = paper ``b_ii``,
       ``"mean_rival"`` / ``"max_rival"`` = against an average / the strongest rival);
@@ -445,6 +509,8 @@ def divide_batch(
             (:func:`ugncl.methods.ugncl.evidential.centre_scores`) and normalises ``u`` by the
             batch of
             equal scores; ``"none"`` (paper).
+        determined_rule, determined_level: the determined pairs' test
+            (:func:`matched_pairs`; ``"argmax"`` is the paper's Eq. 9).
 
     Returns:
         A :class:`BatchDivision` (float32 tensors).
@@ -452,15 +518,15 @@ def divide_batch(
     check_batch_scores(raw)
     with torch.no_grad():
         raw = centre_scores(raw.detach(), centring)
-        log_e = fused_log_evidence(raw, tau=tau, floor=floor, function=function)
+        log_e_views = log_evidence_exact(raw, tau, floor, function)
+        log_e = _fuse_bidirectional(log_e_views)
         _, u, projected = _opinion_from_log_evidence(log_e)
         u_bar = normalised_uncertainty(
             u, raw.shape[0], floor, tau=tau, function=function, centred=centring == "batch"
         )
         argmax = log_e.argmax(dim=-1)
-        idx = torch.arange(log_e.shape[0], device=log_e.device)
         determined = u_bar < p
-        matched = argmax == idx
+        matched = matched_pairs(log_e, log_e_views, determined_rule, determined_level)
         y = hard_soft_label(log_e, soft_label, lam)
         # A batch of fewer than 3 pairs (an epoch's short tail) has no null to draw from.
         threshold = (

@@ -26,6 +26,7 @@ from ugncl.core.evaluation import eval_mode, view_reducer
 from ugncl.core.method import Method
 from ugncl.methods.infonce import info_nce_per_sample, weighted_mean
 from ugncl.methods.ugncl.division import (
+    DETERMINED_RULES,
     UNVISITED,
     BatchDivision,
     DivisionAccumulator,
@@ -97,6 +98,7 @@ class UGNCLConfig:
         "lambda_clock": ("division", "global", "epoch"),
         "reading": ("paper", "release", "package"),
         "clean_infonce_weights": ("called", "soft_label"),
+        "determined_rule": DETERMINED_RULES,
     }
     # The keys each reading sets (docs/methods/ugncl.md, "Readings", lists them with the
     # equation each one reads): package is this dataclass's defaults plus the pre-filter;
@@ -165,6 +167,14 @@ class UGNCLConfig:
     # purer first division, and a slower take-off where the model learns slowly
     # (docs/methods/ugncl.md, "The division's null").
     null_level: float | None = None
+    # Which determined pairs (u_bar < p) are clean: argmax (paper Eq. 9: the pair's own
+    # caption holds the most evidence of its row; a clean pair with one stronger rival in
+    # its batch is called noisy, so the kept share is the in-batch R@1) | null_test (its evidence
+    # above the 1 - determined_level quantile of the batch's mismatched pairs' evidence:
+    # about determined_level of the unmemorised noisy pairs pass, at any batch size;
+    # docs/methods/ugncl.md, "The determined pairs' test").
+    determined_rule: str = "argmax"
+    determined_level: float = 0.1
     # Soft label of hard pairs: top_rival (decision, docs/methods/ugncl.md: against the
     # lambda strongest rivals of Eq. 16's schedule) | mean_rival | max_rival | projected
     # (released b_ii / (1 - u)) | belief (paper b_ii).
@@ -304,6 +314,11 @@ class UGNCLConfig:
             raise ConfigError(
                 f"method.ugncl.null_level must be in (0, 1) or null, got {self.null_level}; "
                 "0.1 lets about a tenth of the unmemorised noisy pairs into hard-clean"
+            )
+        if not 0.0 < self.determined_level < 1.0:
+            raise ConfigError(
+                f"method.ugncl.determined_level must be in (0, 1), got {self.determined_level}; "
+                "0.1 calls about a tenth of the unmemorised noisy pairs clean"
             )
         if self.division_pass == "training" and self.division_batch_size is not None:
             raise ConfigError(
@@ -499,6 +514,7 @@ class UGNCLMethod(Method):
             raw, tau=c.tau, floor=c.evidence_floor, function=c.evidence, p=c.p,
             epsilon=c.epsilon, null_level=c.null_level, soft_label=c.soft_label,
             lam=self._division_lambda(lam), centring=c.centring,
+            determined_rule=c.determined_rule, determined_level=c.determined_level,
         )  # fmt: skip
 
     def _division_lambda(self, lam: int) -> int:

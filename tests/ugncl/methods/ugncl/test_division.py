@@ -353,3 +353,72 @@ def test_null_level_holds_back_the_lucky_pairs_of_a_model_that_cannot_rank() -> 
     paper = divide_batch(ranked, **kw).sets
     assert ((paper == CLEAN) | (paper == HARD_CLEAN)).all()
     assert torch.equal(paper, divide_batch(ranked, null_level=0.1, **kw).sets)
+
+
+# ------------------------------------------------------------ the determined pairs' test
+
+
+def test_pair_evidence_holds_each_pairs_own_evidence_on_its_diagonal() -> None:
+    """A pair's fused evidence as a training pair (2 e_ii per view, fused) is the diagonal of
+    the bidirectional fusion the division ranks by; off the diagonal, a mismatched
+    combination gets the same formula (2 e_ik per view)."""
+    from ugncl.methods.ugncl.division import fused_log_evidence, pair_log_evidence
+    from ugncl.methods.ugncl.evidential import log_evidence_exact
+
+    raw = torch.randn(2, 6, 6, generator=torch.Generator().manual_seed(3))
+    views = log_evidence_exact(raw, 0.1, "keep", "tanh")
+    pairs = pair_log_evidence(views)
+    fused = fused_log_evidence(raw, function="tanh")
+    assert torch.allclose(torch.diagonal(pairs), torch.diagonal(fused), atol=1e-10)
+    one = pair_log_evidence(views[:1])
+    assert torch.allclose(one, views[0] + math.log(2.0), atol=1e-12)
+
+
+def test_null_test_keeps_a_clean_pair_that_one_rival_outranks() -> None:
+    """Pair 0 is a clean pair whose caption also fits image 1 better (a caption that fits
+    several images): the argmax of Eq. 9 calls it noisy, the null test clean, since its
+    score is far above what the batch's mismatched combinations reach."""
+    K = 8
+    raw = torch.full((1, K, K), -0.5)
+    raw[0, torch.arange(K), torch.arange(K)] = 0.6
+    raw[0, 1, 0] = 0.8  # image 1 fits caption 0 better than image 0 does
+    argmax = divide_batch(raw, function="tanh")
+    tested = divide_batch(raw, function="tanh", determined_rule="null_test")
+    assert (argmax.u_bar < 0.5).all()  # every pair determined
+    assert argmax.sets[0] == NOISY and tested.sets[0] == CLEAN
+    assert tested.soft_label[0] == 1.0
+    assert (tested.sets[1:] == CLEAN).all()
+
+
+@pytest.mark.parametrize("level", [0.05, 0.2])
+def test_null_test_lets_about_its_level_of_unmemorised_noisy_pairs_through(level) -> None:
+    """Noisy pairs whose captions are other images' (their score a draw from the mismatched
+    scores' distribution): the null test calls about ``level`` of them clean at any batch
+    size; clean pairs scored two spreads above the null (a model that ranks them near the
+    top, not always first) keep more of them than the argmax, which loses more with K."""
+    g = torch.Generator().manual_seed(0)
+    for K in (16, 64):
+        noisy_clean, clean_kept, argmax_kept = [], [], []
+        for _ in range(3000 // K):
+            raw = 0.3 * torch.randn(1, K, K, generator=g)
+            # the first half of the batch are clean pairs: a margin of two spreads
+            raw[0, torch.arange(K // 2), torch.arange(K // 2)] += 0.6
+            calls = divide_batch(raw, function="tanh", determined_rule="null_test",
+                                 determined_level=level).sets == CLEAN  # fmt: skip
+            noisy_clean.append(calls[K // 2 :].float().mean())
+            clean_kept.append(calls[: K // 2].float().mean())
+            argmax_kept.append((divide_batch(raw, function="tanh").sets[: K // 2] == CLEAN)
+                               .float().mean())  # fmt: skip
+        assert torch.stack(noisy_clean).mean().item() == pytest.approx(level, abs=0.4 * level)
+        assert torch.stack(clean_kept).mean() > torch.stack(argmax_kept).mean() + K / 640
+
+
+def test_null_test_falls_back_to_the_argmax_on_a_tail_of_two_pairs() -> None:
+    raw = torch.tensor([[[0.9, 0.1], [0.2, 0.3]]])
+    tested = divide_batch(raw, function="tanh", determined_rule="null_test")
+    assert torch.equal(tested.sets, divide_batch(raw, function="tanh").sets)
+
+
+def test_an_unknown_determined_rule_is_refused() -> None:
+    with pytest.raises(ValueError, match="determined rule must be one of"):
+        divide_batch(torch.zeros(1, 4, 4), function="tanh", determined_rule="median")
