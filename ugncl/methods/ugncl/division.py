@@ -410,7 +410,7 @@ def pair_log_evidence(log_e_views: Tensor) -> Tensor:
 
 
 def matched_pairs(
-    log_e: Tensor, log_e_views: Tensor, rule: str = "argmax", level: float = 0.1
+    log_e: Tensor, log_e_views: Tensor, rule: str = "argmax", level: float = 0.05
 ) -> Tensor:
     """Which pairs of a batch a determined division calls clean (Eq. 9 and a null test).
 
@@ -480,7 +480,7 @@ def divide_batch(
     centring: ScoreCentring = "none",
     null_level: float | None = None,
     determined_rule: str = "argmax",
-    determined_level: float = 0.1,
+    determined_level: float = 0.05,
 ) -> BatchDivision:
     """Four-way uncertainty-guided division of one batch (paper Eqs. 8-11, METHOD 6).
 

@@ -167,14 +167,14 @@ class UGNCLConfig:
     # purer first division, and a slower take-off where the model learns slowly
     # (docs/methods/ugncl.md, "The division's null").
     null_level: float | None = None
-    # Which determined pairs (u_bar < p) are clean: argmax (paper Eq. 9: the pair's own
-    # caption holds the most evidence of its row; a clean pair with one stronger rival in
-    # its batch is called noisy, so the kept share is the in-batch R@1) | null_test (its evidence
-    # above the 1 - determined_level quantile of the batch's mismatched pairs' evidence:
-    # about determined_level of the unmemorised noisy pairs pass, at any batch size;
-    # docs/methods/ugncl.md, "The determined pairs' test").
+    # Which determined pairs (u_bar < p) are clean: argmax (paper Eq. 9; default: the pair's
+    # own caption holds the most evidence of its row, so a clean pair one rival of its batch
+    # outranks is called noisy) | null_test (its evidence above the 1 - determined_level
+    # quantile of the batch's mismatched pairs scored as training pairs: about
+    # determined_level of the unmemorised noisy pairs pass, at any batch size; the CLIP
+    # variant's rule; docs/methods/ugncl.md, "The determined pairs' test").
     determined_rule: str = "argmax"
-    determined_level: float = 0.1
+    determined_level: float = 0.05
     # Soft label of hard pairs: top_rival (decision, docs/methods/ugncl.md: against the
     # lambda strongest rivals of Eq. 16's schedule) | mean_rival | max_rival | projected
     # (released b_ii / (1 - u)) | belief (paper b_ii).
@@ -318,7 +318,7 @@ class UGNCLConfig:
         if not 0.0 < self.determined_level < 1.0:
             raise ConfigError(
                 f"method.ugncl.determined_level must be in (0, 1), got {self.determined_level}; "
-                "0.1 calls about a tenth of the unmemorised noisy pairs clean"
+                "0.05 calls about one in twenty unmemorised noisy pairs clean"
             )
         if self.division_pass == "training" and self.division_batch_size is not None:
             raise ConfigError(
